@@ -1,0 +1,44 @@
+//! Wire types and framing for the Vivarium protocol.
+//!
+//! One message is one `SOCK_SEQPACKET` datagram holding one bincode-encoded value
+//! (`Request` from client to daemon, `Event` from daemon to client). See
+//! `docs/protocol.md` for the conversation.
+//!
+//! Evolution rules (bincode carries no field names and encodes enum variants by index):
+//! - enum variants are only ever appended, never reordered or removed;
+//! - any change to a struct's fields bumps [`PROTOCOL_VERSION`], negotiated in the hello;
+//! - no serde `flatten`, `tag`, `untagged` or `skip_serializing_if` on these types.
+#![forbid(unsafe_code)]
+
+mod frame;
+mod types;
+
+pub use frame::{decode, encode, FrameError, MAX_FRAME, MAX_PAYLOAD_CHUNK};
+pub use types::*;
+
+/// The protocol version this build speaks. Bump on any change to a wire struct.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// The oldest protocol version this build still speaks.
+pub const MIN_PROTOCOL_VERSION: u32 = 1;
+
+/// Pick the highest version both sides speak, if any.
+pub fn negotiate(client_min: u32, client_max: u32) -> Option<u32> {
+    let hi = client_max.min(PROTOCOL_VERSION);
+    let lo = client_min.max(MIN_PROTOCOL_VERSION);
+    (lo <= hi).then_some(hi)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn negotiation_picks_highest_common_version() {
+        assert_eq!(negotiate(1, 1), Some(1));
+        assert_eq!(negotiate(1, 99), Some(PROTOCOL_VERSION));
+        assert_eq!(negotiate(PROTOCOL_VERSION + 1, PROTOCOL_VERSION + 5), None);
+        assert_eq!(negotiate(0, 0), None);
+        assert_eq!(negotiate(3, 2), None);
+    }
+}

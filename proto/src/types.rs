@@ -1,0 +1,253 @@
+//! Messages exchanged between clients and `vivariumd`.
+//!
+//! Variants are appended only; see the crate docs for the evolution rules.
+
+use serde::{Deserialize, Serialize};
+
+/// Client -> daemon.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Request {
+    /// Must be the first message of every connection.
+    Hello(Hello),
+    /// Submit a job. At most one job runs per connection at a time.
+    Submit(JobSpec),
+    /// A piece of the script when the spec said [`Code::Chunked`].
+    CodeChunk(Vec<u8>),
+    /// Bytes for the job's stdin (only when the spec set `stdin`).
+    Stdin(Vec<u8>),
+    /// Close the job's stdin.
+    StdinEof,
+    /// Kill the running job; its outcome still arrives, with reason `Cancelled`.
+    Cancel,
+    /// Ask which profiles exist and whether each can be enforced here.
+    ListProfiles,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hello {
+    pub min_version: u32,
+    pub max_version: u32,
+    /// Free-form client name for the daemon's logs.
+    pub client: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobSpec {
+    /// Profile name, e.g. `default`.
+    pub profile: String,
+    /// The Python source (must be UTF-8).
+    pub code: Code,
+    /// `sys.argv[1:]` for the script.
+    pub args: Vec<String>,
+    /// Whether stdin is streamed with `Request::Stdin`; if false, stdin is empty.
+    pub stdin: bool,
+    /// Tighter limits than the profile's; never looser.
+    pub limits: LimitOverrides,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Code {
+    /// The whole script in the submit frame.
+    Inline(Vec<u8>),
+    /// The script follows in `CodeChunk` frames adding up to `len` bytes.
+    Chunked { len: u64 },
+}
+
+/// Per-job limits; `None` keeps the profile's value.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LimitOverrides {
+    pub wall_ms: Option<u64>,
+    pub cpu_ms: Option<u64>,
+    pub memory_bytes: Option<u64>,
+    pub pids: Option<u32>,
+    pub output_bytes: Option<u64>,
+}
+
+/// Daemon -> client.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Event {
+    HelloAck(HelloAck),
+    /// The job waits for a free slot; `position` 0 is next.
+    Queued { position: u32 },
+    /// The sandbox is being built for the job.
+    Started { job_id: u64, profile: String },
+    Stdout(Vec<u8>),
+    Stderr(Vec<u8>),
+    /// The job is over; the last event for it.
+    Finished(Box<Outcome>),
+    /// The request was refused. For a submitted job this ends it.
+    Error(WireError),
+    Profiles(Vec<ProfileInfo>),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HelloAck {
+    pub version: u32,
+    pub daemon: String,
+    /// The uid the daemon saw on the connection.
+    pub peer_uid: u32,
+}
+
+/// Stable error codes; text in `message` is for humans.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum ErrorCode {
+    /// Undecodable bytes, truncated or trailing data.
+    MalformedFrame,
+    /// A datagram larger than the frame limit.
+    OversizeFrame,
+    /// No protocol version in common.
+    UnsupportedVersion,
+    /// The peer's uid/groups are not admitted.
+    NotAuthorized,
+    /// A message that makes no sense now (e.g. Submit before Hello).
+    UnexpectedMessage,
+    UnknownProfile,
+    /// The profile exists but this host cannot enforce it.
+    ProfileDisabled,
+    /// The code is not valid UTF-8.
+    InvalidCode,
+    /// A requested limit is zero or looser than the profile allows.
+    LimitOutOfRange,
+    /// Every job slot and queue place is taken.
+    Busy,
+    /// The sandbox could not be built; the job never ran.
+    SandboxFailed,
+    Internal,
+    ShuttingDown,
+    /// The script (or its arguments) exceeds the size limit.
+    CodeTooLarge,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WireError {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+/// Why the job ended. When several apply, the first in this precedence wins:
+/// `SandboxError`, `Cancelled`, `Timeout`, `CpuLimit`, `OutputLimit`, `Oom`, `Seccomp`,
+/// `Pids`, `Signal`, `Error`, `Ok` (see `docs/protocol.md`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Reason {
+    /// Exit status 0.
+    Ok,
+    /// Non-zero exit status with no limit to explain it.
+    Error,
+    /// The wall-clock limit was reached and the job was killed.
+    Timeout,
+    /// The job's total CPU time (all its processes) reached the limit.
+    CpuLimit,
+    /// The kernel OOM-killed a process of the job (cgroup oom_kill counter).
+    Oom,
+    /// The pids limit refused a fork and the job then failed.
+    Pids,
+    /// An output stream exceeded its cap and the profile says kill.
+    OutputLimit,
+    /// Killed by a signal no limit explains.
+    Signal,
+    /// Died of SIGSYS: a syscall the seccomp filter kills on.
+    Seccomp,
+    /// A client cancel or disconnect killed the job.
+    Cancelled,
+    /// The sandbox failed to build; the code never ran.
+    SandboxError,
+}
+
+/// A limit reached during the run, whether or not it ended the job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LimitKind {
+    Wall,
+    Cpu,
+    Memory,
+    Pids,
+    Stdout,
+    Stderr,
+    /// The /work, /tmp or /dev/shm tmpfs ran out of space or inodes.
+    Disk,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ExitStatus {
+    Code(i32),
+    Signal(i32),
+    /// The payload never started (sandbox error, refused job).
+    NotStarted,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub wall_ms: u64,
+    pub cpu_ms: u64,
+    pub peak_memory_bytes: u64,
+    pub stdout_bytes: u64,
+    pub stderr_bytes: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Outcome {
+    pub job_id: u64,
+    pub profile: String,
+    pub reason: Reason,
+    pub exit: ExitStatus,
+    pub limits_hit: Vec<LimitKind>,
+    pub usage: Usage,
+    pub stdout_truncated: bool,
+    pub stderr_truncated: bool,
+    pub isolation: Isolation,
+    /// Human detail, e.g. the failed sandbox step and errno.
+    pub detail: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LandlockStatus {
+    FullyEnforced,
+    PartiallyEnforced,
+    NotEnforced,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CgroupVersion {
+    V1,
+    V2,
+}
+
+/// The isolation that was actually in force for the job.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Isolation {
+    /// e.g. `["user", "mount", "pid", "net", "ipc", "uts", "cgroup"]`.
+    pub namespaces: Vec<String>,
+    pub uid: u32,
+    pub gid: u32,
+    pub no_new_privs: bool,
+    pub capabilities_dropped: bool,
+    /// The Landlock ABI used, and what the kernel reported on restrict_self.
+    pub landlock_abi: u32,
+    pub landlock: Option<LandlockStatus>,
+    /// Number of stacked seccomp filters installed (0: none).
+    pub seccomp_filters: u32,
+    pub cgroup: Option<CgroupVersion>,
+    /// Protections this profile knowingly does not enforce on this host.
+    pub not_enforced: Vec<String>,
+}
+
+/// A profile as the daemon sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProfileInfo {
+    pub name: String,
+    pub description: String,
+    /// Why it is disabled, if it is.
+    pub disabled: Option<String>,
+    pub network: bool,
+    pub max: MaxLimits,
+    pub not_enforced: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MaxLimits {
+    pub wall_ms: u64,
+    pub cpu_ms: u64,
+    pub memory_bytes: u64,
+    pub pids: u32,
+    pub output_bytes: u64,
+}
