@@ -68,9 +68,14 @@ pub struct LimitOverrides {
 pub enum Event {
     HelloAck(HelloAck),
     /// The job waits for a free slot; `position` 0 is next.
-    Queued { position: u32 },
+    Queued {
+        position: u32,
+    },
     /// The sandbox is being built for the job.
-    Started { job_id: u64, profile: String },
+    Started {
+        job_id: u64,
+        profile: String,
+    },
     Stdout(Vec<u8>),
     Stderr(Vec<u8>),
     /// The job is over; the last event for it.

@@ -1,0 +1,224 @@
+//! The `viv` command line: arguments, dispatch, and error reporting at the edge.
+
+mod doctor;
+mod parse;
+mod profiles;
+mod run;
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+use vivarium_client::{resolve_socket_path, ClientError, EXIT_REFUSED};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "viv",
+    version,
+    about = "Run untrusted Python in the Vivarium sandbox daemon"
+)]
+pub struct Cli {
+    /// The daemon socket. Default: $VIVARIUM_SOCKET, else /run/vivarium/vivariumd.sock as
+    /// root, else $XDG_RUNTIME_DIR/vivarium/vivariumd.sock.
+    #[arg(long, global = true, value_name = "PATH")]
+    socket: Option<PathBuf>,
+
+    /// Say more: the full outcome of a job, the details of checks.
+    #[arg(short, long, global = true)]
+    verbose: bool,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a Python script in the sandbox, streaming its output; exits with its exit code.
+    Run(RunArgs),
+    /// List the daemon's profiles and whether each can be enforced on this host.
+    Profiles {
+        /// Print the profiles as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check what this kernel offers for sandboxing, and whether the daemon is reachable.
+    Doctor,
+}
+
+/// Exit codes: the script's own, or 124 timeout/cpu, 121 oom, 122 pids, 123 output limit,
+/// 125 refused/sandbox error/viv failed, 130 cancelled, 128+N killed by signal N.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Exit status: the script's own; 124 wall or cpu limit; 121 out of \
+memory; 122 pids limit; 123 output limit; 125 refused, sandbox error or viv failed; 130 \
+cancelled; 128+N killed by signal N (159: seccomp)."
+)]
+pub struct RunArgs {
+    /// The profile to run under.
+    #[arg(long, default_value = "default")]
+    profile: String,
+
+    /// Wall-clock limit in seconds (decimals allowed).
+    #[arg(long, value_name = "SECS", value_parser = parse::parse_secs_to_ms)]
+    timeout: Option<u64>,
+
+    /// CPU-time limit in seconds, over all the job's processes.
+    #[arg(long, value_name = "SECS", value_parser = parse::parse_secs_to_ms)]
+    cpu: Option<u64>,
+
+    /// Memory limit, e.g. 64M, 1G, 512K or plain bytes.
+    #[arg(long, value_name = "SIZE", value_parser = parse::parse_size)]
+    memory: Option<u64>,
+
+    /// Limit on the number of processes and threads.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pids: Option<u32>,
+
+    /// Output cap per stream, e.g. 1M.
+    #[arg(long, value_name = "SIZE", value_parser = parse::parse_size)]
+    output: Option<u64>,
+
+    /// Print the outcome, with stdout and stderr as strings, as one JSON object at the end
+    /// instead of streaming the output.
+    #[arg(long)]
+    json: bool,
+
+    /// Give the job an empty stdin even when viv's stdin is a pipe or file.
+    #[arg(long)]
+    no_stdin: bool,
+
+    /// Send this file as the job's stdin.
+    #[arg(long, value_name = "PATH", conflicts_with = "no_stdin")]
+    stdin_file: Option<PathBuf>,
+
+    /// The script, or `-` to read it from stdin (the job's stdin is then empty).
+    #[arg(value_name = "FILE")]
+    file: PathBuf,
+
+    /// Arguments for the script (`sys.argv[1:]`); everything after FILE goes to it.
+    #[arg(
+        value_name = "ARGS",
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
+    args: Vec<String>,
+}
+
+/// Parse the command line, run the command, and return the process exit code.
+pub fn main() -> i32 {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("viv: cannot start the async runtime: {e}");
+            return EXIT_REFUSED;
+        }
+    };
+    let code = runtime.block_on(dispatch(cli));
+    // A blocking read of viv's own stdin may still be parked on a runtime thread (the job
+    // ended before its stdin did): do not wait for it.
+    runtime.shutdown_background();
+    code
+}
+
+async fn dispatch(cli: Cli) -> i32 {
+    let socket = resolve_socket_path(cli.socket);
+    match cli.command {
+        Command::Run(args) => run::run(&socket, args, cli.verbose).await,
+        Command::Profiles { json } => profiles::profiles(&socket, json).await,
+        Command::Doctor => doctor::doctor(&socket, cli.verbose).await,
+    }
+}
+
+/// Print an error and its causes on one line, prefixed `viv: `, plus a hint for the
+/// common case of a daemon that is not running.
+pub(crate) fn report_error(err: &(dyn std::error::Error + 'static)) {
+    eprintln!("viv: {}", error_chain(err));
+    if let Some(ClientError::Connect { .. }) = err.downcast_ref::<ClientError>() {
+        for line in start_daemon_hint() {
+            eprintln!("viv: {line}");
+        }
+    }
+}
+
+/// `err: cause: cause's cause`.
+pub(crate) fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// How to get a daemon to talk to.
+pub(crate) fn start_daemon_hint() -> [&'static str; 3] {
+    [
+        "is vivariumd running? start the system daemon with `sudo vivariumd --config /etc/vivarium/vivariumd.toml`,",
+        "or a per-user daemon with `vivariumd` (socket in $XDG_RUNTIME_DIR/vivarium/);",
+        "point viv at another socket with --socket PATH or VIVARIUM_SOCKET",
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn script_arguments_after_the_file_go_to_the_script() {
+        let cli = Cli::try_parse_from([
+            "viv",
+            "--socket",
+            "/s",
+            "run",
+            "--memory",
+            "64M",
+            "--timeout",
+            "1.5",
+            "a.py",
+            "-x",
+            "--json",
+            "y",
+        ])
+        .unwrap();
+        let Command::Run(run) = cli.command else {
+            panic!("not run")
+        };
+        assert_eq!(cli.socket, Some(PathBuf::from("/s")));
+        assert_eq!(run.memory, Some(64 << 20));
+        assert_eq!(run.timeout, Some(1500));
+        assert!(!run.json);
+        assert_eq!(run.file, PathBuf::from("a.py"));
+        assert_eq!(run.args, ["-x", "--json", "y"]);
+    }
+
+    #[test]
+    fn stdin_options_conflict() {
+        assert!(
+            Cli::try_parse_from(["viv", "run", "--no-stdin", "--stdin-file", "f", "a.py"]).is_err()
+        );
+        assert!(Cli::try_parse_from(["viv", "run", "--pids", "0", "a.py"]).is_err());
+    }
+
+    #[test]
+    fn error_chain_joins_causes() {
+        let err = ClientError::Connect {
+            path: "/x.sock".into(),
+            source: std::io::Error::from(std::io::ErrorKind::NotFound),
+        };
+        assert_eq!(
+            error_chain(&err),
+            "cannot connect to the daemon at /x.sock: entity not found"
+        );
+    }
+}

@@ -1,0 +1,364 @@
+//! `viv run`: submit a script, stream its output, exit with its exit code.
+
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::signal::unix::{signal, SignalKind};
+use vivarium_client::proto::{ErrorCode, Reason};
+use vivarium_client::{
+    exit_code_for, is_abnormal, summary_line, verbose_report, Client, ClientError, Job, JobEvent,
+    Outcome, Stream, EXIT_CANCELLED, EXIT_REFUSED,
+};
+
+use super::{report_error, RunArgs};
+
+/// 128 + SIGPIPE: our stdout reader went away.
+const EXIT_SIGPIPE: i32 = 141;
+
+/// Where the job's stdin comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum StdinSource {
+    /// Empty stdin.
+    Empty,
+    /// viv's own stdin.
+    Inherit,
+    File(PathBuf),
+}
+
+/// Pick the job's stdin: an explicit file wins; `--no-stdin` and code read from stdin mean
+/// empty; otherwise forward viv's stdin unless it is a terminal (a job should not sit
+/// waiting on a keyboard nobody knows it reads).
+pub(crate) fn choose_stdin(
+    code_from_stdin: bool,
+    no_stdin: bool,
+    stdin_file: Option<PathBuf>,
+    stdin_is_terminal: bool,
+) -> StdinSource {
+    match stdin_file {
+        Some(path) => StdinSource::File(path),
+        None if no_stdin || code_from_stdin || stdin_is_terminal => StdinSource::Empty,
+        None => StdinSource::Inherit,
+    }
+}
+
+/// Check that the script is UTF-8, with a message that says where it is not.
+pub(crate) fn code_to_string(name: &str, bytes: Vec<u8>) -> Result<String, String> {
+    String::from_utf8(bytes).map_err(|e| {
+        format!(
+            "{name} is not valid UTF-8 (first bad byte at offset {}); the script must be UTF-8",
+            e.utf8_error().valid_up_to()
+        )
+    })
+}
+
+/// What `--json` prints: the outcome's own fields, the exit code, and the output.
+#[derive(Debug, Serialize)]
+struct JsonRun<'a> {
+    #[serde(flatten)]
+    outcome: &'a Outcome,
+    exit_code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+/// What `--json` prints when there is no outcome.
+#[derive(Debug, Serialize)]
+struct JsonFailure {
+    error: JsonErrorBody,
+    exit_code: i32,
+}
+
+#[derive(Debug, Serialize)]
+struct JsonErrorBody {
+    /// The daemon's code when it refused; null for local failures.
+    code: Option<ErrorCode>,
+    message: String,
+}
+
+pub(crate) async fn run(socket: &Path, args: RunArgs, verbose: bool) -> i32 {
+    let json = args.json;
+    match run_inner(socket, args, verbose).await {
+        Ok(code) => code,
+        Err(failure) => {
+            match &failure {
+                Failure::Local(message) => eprintln!("viv: {message}"),
+                Failure::Client(e) => report_error(e),
+            }
+            if json {
+                print_json(&JsonFailure {
+                    error: JsonErrorBody {
+                        code: match &failure {
+                            Failure::Client(e) => e.refusal_code(),
+                            Failure::Local(_) => None,
+                        },
+                        message: match &failure {
+                            Failure::Client(e) => super::error_chain(e),
+                            Failure::Local(m) => m.clone(),
+                        },
+                    },
+                    exit_code: EXIT_REFUSED,
+                });
+            }
+            EXIT_REFUSED
+        }
+    }
+}
+
+enum Failure {
+    Local(String),
+    Client(ClientError),
+}
+
+impl From<ClientError> for Failure {
+    fn from(e: ClientError) -> Failure {
+        Failure::Client(e)
+    }
+}
+
+async fn run_inner(socket: &Path, args: RunArgs, verbose: bool) -> Result<i32, Failure> {
+    let code_from_stdin = args.file.as_os_str() == "-";
+    let name = args.file.display().to_string();
+    let code = if code_from_stdin {
+        let mut code = Vec::new();
+        tokio::io::stdin()
+            .read_to_end(&mut code)
+            .await
+            .map_err(|e| Failure::Local(format!("cannot read the script from stdin: {e}")))?;
+        code_to_string("the script on stdin", code)
+    } else {
+        let code = tokio::fs::read(&args.file)
+            .await
+            .map_err(|e| Failure::Local(format!("cannot read {name}: {e}")))?;
+        code_to_string(&name, code)
+    }
+    .map_err(Failure::Local)?;
+
+    let stdin_choice = choose_stdin(
+        code_from_stdin,
+        args.no_stdin,
+        args.stdin_file,
+        std::io::stdin().is_terminal(),
+    );
+    let stdin: Option<Box<dyn AsyncRead + Unpin + Send>> = match stdin_choice {
+        StdinSource::Empty => None,
+        StdinSource::Inherit => Some(Box::new(tokio::io::stdin())),
+        StdinSource::File(path) => {
+            let file = tokio::fs::File::open(&path).await.map_err(|e| {
+                Failure::Local(format!("cannot open stdin file {}: {e}", path.display()))
+            })?;
+            Some(Box::new(file))
+        }
+    };
+
+    let mut job = Job::new(code).profile(args.profile).args(args.args);
+    job.limits.wall_ms = args.timeout;
+    job.limits.cpu_ms = args.cpu;
+    job.limits.memory_bytes = args.memory;
+    job.limits.pids = args.pids;
+    job.limits.output_bytes = args.output;
+
+    let mut client = Client::connect(socket).await?;
+    let mut sink = Sink::new(args.json);
+    let outcome = drive(&mut client, &job, stdin, &mut sink, verbose).await?;
+
+    if sink.stdout_closed && outcome.reason == Reason::Cancelled {
+        // We stopped the job because our reader went away: exit as a process killed by
+        // SIGPIPE would, and say nothing (`viv run gen.py | head` is not an error).
+        return Ok(EXIT_SIGPIPE);
+    }
+    let code = exit_code_for(&outcome);
+    if args.json {
+        print_json(&JsonRun {
+            outcome: &outcome,
+            exit_code: code,
+            stdout: String::from_utf8_lossy(&sink.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&sink.stderr).into_owned(),
+        });
+    } else if is_abnormal(&outcome) && !verbose {
+        eprintln!("viv: {}", summary_line(&outcome));
+    }
+    if verbose {
+        eprint!("{}", verbose_report(&outcome));
+    }
+    Ok(code)
+}
+
+/// Submit and follow the job to its outcome. The first ctrl-c cancels the job (the outcome
+/// still arrives); a second one gives up at once, closing the connection (which kills the job).
+async fn drive(
+    client: &mut Client,
+    job: &Job,
+    stdin: Option<Box<dyn AsyncRead + Unpin + Send>>,
+    sink: &mut Sink,
+    verbose: bool,
+) -> Result<Outcome, Failure> {
+    let mut sigint = signal(SignalKind::interrupt())
+        .map_err(|e| Failure::Local(format!("cannot handle ctrl-c: {e}")))?;
+    let mut handle = client.submit(job, stdin).await?;
+    let mut cancelled = false;
+    loop {
+        let event = tokio::select! {
+            event = handle.next_event() => event?,
+            _ = sigint.recv() => {
+                if cancelled {
+                    eprintln!("viv: interrupted again; closing the connection");
+                    std::process::exit(EXIT_CANCELLED);
+                }
+                cancelled = true;
+                eprintln!("viv: cancelling the job (ctrl-c again to quit now)");
+                handle.cancel().await?;
+                continue;
+            }
+        };
+        match event {
+            Some(JobEvent::Queued { position }) if verbose => {
+                eprintln!("viv: queued, position {position}");
+            }
+            Some(JobEvent::Started { job_id, profile }) if verbose => {
+                eprintln!("viv: job {job_id} started (profile {profile})");
+            }
+            Some(JobEvent::Queued { .. } | JobEvent::Started { .. }) => {}
+            Some(JobEvent::Output(stream, bytes)) => {
+                if sink.write(stream, &bytes) && !cancelled {
+                    // Our stdout is gone (`viv run x.py | head`): stop the job, as the
+                    // SIGPIPE it would get outside the sandbox would.
+                    cancelled = true;
+                    handle.cancel().await?;
+                }
+            }
+            Some(JobEvent::Finished(outcome)) => return Ok(*outcome),
+            None => return Err(ClientError::Protocol("job ended without an outcome".into()).into()),
+        }
+    }
+}
+
+/// Where output goes: straight to viv's stdout/stderr, or collected for `--json`.
+struct Sink {
+    collect: bool,
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+    stdout_closed: bool,
+}
+
+impl Sink {
+    fn new(collect: bool) -> Sink {
+        Sink {
+            collect,
+            stdout: Vec::new(),
+            stderr: Vec::new(),
+            stdout_closed: false,
+        }
+    }
+
+    /// Write or collect a chunk; returns true when stdout has just become unwritable.
+    fn write(&mut self, stream: Stream, bytes: &[u8]) -> bool {
+        match (self.collect, stream) {
+            (true, Stream::Stdout) => self.stdout.extend_from_slice(bytes),
+            (true, Stream::Stderr) => self.stderr.extend_from_slice(bytes),
+            (false, Stream::Stdout) if !self.stdout_closed => {
+                let mut out = std::io::stdout().lock();
+                if let Err(e) = out.write_all(bytes).and_then(|()| out.flush()) {
+                    if e.kind() != std::io::ErrorKind::BrokenPipe {
+                        eprintln!("viv: cannot write the job's output: {e}");
+                    }
+                    self.stdout_closed = true;
+                    return true;
+                }
+            }
+            (false, Stream::Stdout) => {}
+            (false, Stream::Stderr) => {
+                let mut err = std::io::stderr().lock();
+                // Nowhere left to complain to if stderr itself fails.
+                let _ = err.write_all(bytes).and_then(|()| err.flush());
+            }
+        }
+        false
+    }
+}
+
+fn print_json<T: Serialize>(value: &T) {
+    match serde_json::to_string_pretty(value) {
+        Ok(text) => println!("{text}"),
+        Err(e) => eprintln!("viv: cannot encode the result as JSON: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vivarium_client::proto::{ExitStatus, Isolation, Usage};
+
+    #[test]
+    fn stdin_choice() {
+        use StdinSource::*;
+        let file = || Some(PathBuf::from("in.txt"));
+        // (code from stdin, --no-stdin, --stdin-file, stdin is a tty) -> source
+        assert_eq!(choose_stdin(false, false, None, false), Inherit);
+        assert_eq!(choose_stdin(false, false, None, true), Empty);
+        assert_eq!(choose_stdin(false, true, None, false), Empty);
+        assert_eq!(choose_stdin(true, false, None, false), Empty);
+        assert_eq!(
+            choose_stdin(true, false, file(), false),
+            File("in.txt".into())
+        );
+        assert_eq!(
+            choose_stdin(false, false, file(), true),
+            File("in.txt".into())
+        );
+    }
+
+    #[test]
+    fn code_must_be_utf8() {
+        assert_eq!(
+            code_to_string("a.py", b"print(1)".to_vec()),
+            Ok("print(1)".into())
+        );
+        let err = code_to_string("a.py", b"print(1)\n\xff".to_vec()).unwrap_err();
+        assert!(err.contains("a.py is not valid UTF-8"), "{err}");
+        assert!(err.contains("offset 9"), "{err}");
+    }
+
+    #[test]
+    fn json_view_flattens_the_outcome() {
+        let outcome = Outcome {
+            job_id: 7,
+            profile: "default".into(),
+            reason: Reason::Ok,
+            exit: ExitStatus::Code(0),
+            limits_hit: vec![],
+            usage: Usage::default(),
+            stdout_truncated: false,
+            stderr_truncated: false,
+            isolation: Isolation::default(),
+            detail: String::new(),
+        };
+        let value = serde_json::to_value(JsonRun {
+            outcome: &outcome,
+            exit_code: 0,
+            stdout: "hi\n".into(),
+            stderr: String::new(),
+        })
+        .unwrap();
+        assert_eq!(value["job_id"], 7);
+        assert_eq!(value["reason"], "Ok");
+        assert_eq!(value["exit"]["Code"], 0);
+        assert_eq!(value["stdout"], "hi\n");
+        assert_eq!(value["exit_code"], 0);
+        assert_eq!(value["usage"]["wall_ms"], 0);
+    }
+
+    #[test]
+    fn json_failure_carries_the_code() {
+        let value = serde_json::to_value(JsonFailure {
+            error: JsonErrorBody {
+                code: Some(ErrorCode::Busy),
+                message: "busy".into(),
+            },
+            exit_code: 125,
+        })
+        .unwrap();
+        assert_eq!(value["error"]["code"], "Busy");
+    }
+}

@@ -1,0 +1,271 @@
+//! The client library against a scripted fake daemon.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{outcome, refusal, serve};
+use vivarium_client::proto::{
+    ErrorCode, Event, ExitStatus, ProfileInfo, Reason, Request, MAX_FRAME, MAX_PAYLOAD_CHUNK,
+};
+use vivarium_client::{Client, ClientError, Job, JobEvent, Stream};
+
+#[tokio::test]
+async fn run_collect_returns_outcome_and_output() {
+    let (_dir, path, daemon) = serve(|mut c| async move {
+        c.hello().await;
+        let (spec, code) = c.submit().await;
+        assert_eq!(code, b"print('hello world')");
+        assert!(!spec.stdin);
+        c.send(Event::Started {
+            job_id: 42,
+            profile: "default".into(),
+        })
+        .await;
+        c.send(Event::Stdout(b"hello ".to_vec())).await;
+        c.send(Event::Stderr(b"warn\n".to_vec())).await;
+        c.send(Event::Stdout(b"world\n".to_vec())).await;
+        c.send(Event::Finished(outcome(
+            42,
+            Reason::Ok,
+            ExitStatus::Code(0),
+        )))
+        .await;
+        // The connection is reusable after Finished.
+        assert_eq!(c.recv().await, Some(Request::ListProfiles));
+        c.send(Event::Profiles(vec![])).await;
+        assert_eq!(c.recv().await, None);
+    });
+    let mut client = Client::connect(&path).await.unwrap();
+    assert_eq!(client.hello().daemon, "fake/0");
+    let done = client
+        .run_collect(&Job::new("print('hello world')"), None)
+        .await
+        .unwrap();
+    assert_eq!(done.outcome, *outcome(42, Reason::Ok, ExitStatus::Code(0)));
+    assert_eq!(done.stdout, b"hello world\n");
+    assert_eq!(done.stderr, b"warn\n");
+    assert_eq!(
+        client.list_profiles().await.unwrap(),
+        Vec::<ProfileInfo>::new()
+    );
+    drop(client);
+    daemon.await.unwrap();
+}
+
+#[tokio::test]
+async fn busy_is_a_refusal_and_the_connection_stays_usable() {
+    let (_dir, path, daemon) = serve(|mut c| async move {
+        c.hello().await;
+        c.submit().await;
+        c.send(refusal(ErrorCode::Busy)).await;
+        assert_eq!(c.recv().await, Some(Request::ListProfiles));
+        c.send(Event::Profiles(vec![])).await;
+    });
+    let mut client = Client::connect(&path).await.unwrap();
+    let err = client
+        .run_collect(&Job::new("pass"), None)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, ClientError::Refused(e) if e.code == ErrorCode::Busy),
+        "{err:?}"
+    );
+    assert_eq!(err.refusal_code(), Some(ErrorCode::Busy));
+    client.list_profiles().await.unwrap();
+    daemon.await.unwrap();
+}
+
+#[tokio::test]
+async fn refused_hello_is_a_refusal() {
+    let (_dir, path, daemon) = serve(|mut c| async move {
+        assert!(matches!(c.recv().await, Some(Request::Hello(_))));
+        c.send(refusal(ErrorCode::NotAuthorized)).await;
+    });
+    let err = Client::connect(&path).await.unwrap_err();
+    assert_eq!(err.refusal_code(), Some(ErrorCode::NotAuthorized));
+    daemon.await.unwrap();
+}
+
+#[tokio::test]
+async fn missing_socket_is_a_connect_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nobody.sock");
+    match Client::connect(&path).await {
+        Err(ClientError::Connect { path: p, .. }) => assert_eq!(p, path),
+        other => panic!("expected a connect error, got {other:?}"),
+    }
+}
+
+/// A 300 KiB script goes chunked, and 2 MiB of stdin streams while the daemon echoes it
+/// back: without reading events while sending stdin, both sides would block on full buffers.
+#[tokio::test]
+async fn chunked_code_and_stdin_stream_concurrently() {
+    let script: String = (0..20_000).map(|i| format!("v{i} = {i}\n")).collect();
+    assert!(script.len() > 200 * 1024);
+    let input: Vec<u8> = (0..2 * 1024 * 1024u32).map(|i| (i % 251) as u8).collect();
+    let (expect_code, expect_input) = (script.clone(), input.clone());
+    let (_dir, path, daemon) = serve(move |mut c| async move {
+        c.hello().await;
+        let (spec, code) = c.submit().await;
+        assert_eq!(code, expect_code.as_bytes());
+        assert!(spec.stdin);
+        c.send(Event::Started {
+            job_id: 1,
+            profile: "default".into(),
+        })
+        .await;
+        let mut echoed = 0;
+        loop {
+            match c.recv().await {
+                Some(Request::Stdin(bytes)) => {
+                    assert!(!bytes.is_empty() && bytes.len() <= MAX_PAYLOAD_CHUNK);
+                    echoed += bytes.len();
+                    c.send(Event::Stdout(bytes)).await;
+                }
+                Some(Request::StdinEof) => break,
+                other => panic!("expected stdin, got {other:?}"),
+            }
+        }
+        assert_eq!(echoed, expect_input.len());
+        c.send(Event::Finished(outcome(1, Reason::Ok, ExitStatus::Code(0))))
+            .await;
+    });
+    let mut client = Client::connect(&path).await.unwrap();
+    let done = tokio::time::timeout(
+        Duration::from_secs(30),
+        client.run_collect(&Job::new(script), Some(&input)),
+    )
+    .await
+    .expect("deadlock")
+    .unwrap();
+    assert_eq!(done.stdout, input);
+    daemon.await.unwrap();
+}
+
+#[tokio::test]
+async fn cancel_from_another_task() {
+    let (_dir, path, daemon) = serve(|mut c| async move {
+        c.hello().await;
+        c.submit().await;
+        c.send(Event::Started {
+            job_id: 9,
+            profile: "default".into(),
+        })
+        .await;
+        assert_eq!(c.recv().await, Some(Request::Cancel));
+        c.send(Event::Finished(outcome(
+            9,
+            Reason::Cancelled,
+            ExitStatus::Signal(9),
+        )))
+        .await;
+        assert_eq!(c.recv().await, None);
+    });
+    let mut client = Client::connect(&path).await.unwrap();
+    let mut job = client
+        .submit(&Job::new("while True: pass"), None::<&[u8]>)
+        .await
+        .unwrap();
+    assert!(matches!(
+        job.next_event().await.unwrap(),
+        Some(JobEvent::Started { job_id: 9, .. })
+    ));
+    assert_eq!(job.job_id(), Some(9));
+    let canceller = job.canceller();
+    let canceller_task = canceller.clone();
+    tokio::spawn(async move { assert!(canceller_task.cancel().await.unwrap()) });
+    let Some(JobEvent::Finished(o)) = job.next_event().await.unwrap() else {
+        panic!("expected the outcome");
+    };
+    assert_eq!(o.reason, Reason::Cancelled);
+    assert_eq!(vivarium_client::exit_code_for(&o), 130);
+    assert_eq!(job.next_event().await.unwrap(), None);
+    // The job is over: a late cancel sends nothing.
+    assert!(!canceller.cancel().await.unwrap());
+    drop(job);
+    drop(client);
+    daemon.await.unwrap();
+}
+
+#[tokio::test]
+async fn dropping_a_running_job_closes_the_connection() {
+    let (_dir, path, daemon) = serve(|mut c| async move {
+        c.hello().await;
+        c.submit().await;
+        c.send(Event::Started {
+            job_id: 3,
+            profile: "default".into(),
+        })
+        .await;
+        // The daemon sees the close (and would kill the job) although the client lives on.
+        assert_eq!(c.recv().await, None);
+    });
+    let mut client = Client::connect(&path).await.unwrap();
+    let mut job = client
+        .submit(&Job::new("pass"), None::<&[u8]>)
+        .await
+        .unwrap();
+    job.next_event().await.unwrap();
+    drop(job);
+    daemon.await.unwrap();
+    assert!(matches!(
+        client.list_profiles().await,
+        Err(ClientError::Unusable)
+    ));
+}
+
+#[tokio::test]
+async fn output_before_started_is_a_protocol_error() {
+    let (_dir, path, daemon) = serve(|mut c| async move {
+        c.hello().await;
+        c.submit().await;
+        c.send(Event::Stdout(b"early".to_vec())).await;
+        assert_eq!(c.recv().await, None);
+    });
+    let mut client = Client::connect(&path).await.unwrap();
+    let err = client
+        .run_collect(&Job::new("pass"), None)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ClientError::Protocol(_)), "{err:?}");
+    daemon.await.unwrap();
+}
+
+#[tokio::test]
+async fn oversize_datagram_is_a_frame_error() {
+    let (_dir, path, daemon) = serve(|mut c| async move {
+        c.hello().await;
+        assert_eq!(c.recv().await, Some(Request::ListProfiles));
+        c.sock.send(&vec![0u8; MAX_FRAME + 100]).await.unwrap();
+        assert_eq!(c.recv().await, None);
+    });
+    let mut client = Client::connect(&path).await.unwrap();
+    let err = client.list_profiles().await.unwrap_err();
+    assert!(matches!(err, ClientError::Frame(_)), "{err:?}");
+    daemon.await.unwrap();
+}
+
+#[tokio::test]
+async fn daemon_vanishing_mid_job_is_a_disconnect() {
+    let (_dir, path, daemon) = serve(|mut c| async move {
+        c.hello().await;
+        c.submit().await;
+        c.send(Event::Started {
+            job_id: 5,
+            profile: "default".into(),
+        })
+        .await;
+    });
+    let mut client = Client::connect(&path).await.unwrap();
+    let mut seen = Vec::new();
+    let err = client
+        .run(&Job::new("pass"), None::<&[u8]>, |s: Stream, b: &[u8]| {
+            seen.push((s, b.to_vec()))
+        })
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ClientError::Disconnected), "{err:?}");
+    assert!(seen.is_empty());
+    daemon.await.unwrap();
+}

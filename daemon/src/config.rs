@@ -1,0 +1,158 @@
+//! The daemon's own configuration (`--config PATH`, TOML, unknown keys are errors).
+
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Listening socket path; `--socket` and `VIVARIUM_SOCKET` override it.
+    pub socket: Option<PathBuf>,
+    /// Socket file mode (octal in TOML as a string, e.g. "0660").
+    pub socket_mode: String,
+    /// Group owning the socket file (name), so members can connect.
+    pub socket_group: Option<String>,
+    /// Uids admitted besides root (0 is always admitted) and the daemon's own uid.
+    pub allow_uids: Vec<u32>,
+    /// Groups (names or numeric gids) whose members are admitted, checked against the
+    /// peer's primary gid (SO_PEERCRED) and supplementary groups (SO_PEERGROUPS).
+    pub allow_groups: Vec<String>,
+    /// Jobs that run at once.
+    pub max_concurrent_jobs: usize,
+    /// Jobs that may wait for a slot; beyond that a submit gets `Busy`.
+    pub max_queued_jobs: usize,
+    /// Directory of `*.toml` profiles.
+    pub profiles_dir: PathBuf,
+    /// Name of the cgroup subtree the daemon creates and owns.
+    pub cgroup_subtree: String,
+    /// Runtime state (the empty directory each sandbox root is built on).
+    pub state_dir: Option<PathBuf>,
+    /// First host uid/gid of the per-job id ranges (root daemon only): job slot `s`
+    /// maps uid 0 and 1000 inside to `id_base + 2s` and `id_base + 2s + 1`.
+    pub id_base: u32,
+    /// Largest script accepted, in bytes.
+    pub max_code_bytes: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            socket: None,
+            socket_mode: "0660".into(),
+            socket_group: None,
+            allow_uids: Vec::new(),
+            allow_groups: Vec::new(),
+            max_concurrent_jobs: 8,
+            max_queued_jobs: 64,
+            profiles_dir: PathBuf::from("/etc/vivarium/profiles"),
+            cgroup_subtree: "vivarium".into(),
+            state_dir: None,
+            id_base: 0x5000_0000,
+            max_code_bytes: 16 << 20,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config {path}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("config {path} is invalid")]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: Box<toml::de::Error>,
+    },
+    #[error("config: {field}: {problem}")]
+    Invalid {
+        field: &'static str,
+        problem: String,
+    },
+}
+
+impl Config {
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let cfg: Config = toml::from_str(&text).map_err(|source| ConfigError::Parse {
+            path: path.to_owned(),
+            source: Box::new(source),
+        })?;
+        // Relative profile directories are relative to the config file.
+        let mut cfg = cfg;
+        if cfg.profiles_dir.is_relative() {
+            if let Some(dir) = path.parent() {
+                cfg.profiles_dir = dir.join(&cfg.profiles_dir);
+            }
+        }
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |field, problem: &str| ConfigError::Invalid {
+            field,
+            problem: problem.to_owned(),
+        };
+        self.socket_mode_bits()?;
+        if self.max_concurrent_jobs == 0 || self.max_concurrent_jobs > 4096 {
+            return Err(bad("max_concurrent_jobs", "must be 1..=4096"));
+        }
+        if self.max_queued_jobs > 65536 {
+            return Err(bad("max_queued_jobs", "must be at most 65536"));
+        }
+        let name = &self.cgroup_subtree;
+        if name.is_empty() || name.contains('/') || name.starts_with('.') {
+            return Err(bad("cgroup_subtree", "must be a plain directory name"));
+        }
+        if self.id_base < 65536 || self.id_base.checked_add(2 * 4096 + 2).is_none() {
+            return Err(bad(
+                "id_base",
+                "must be at least 65536 and leave room for 4096 slots",
+            ));
+        }
+        Ok(())
+    }
+
+    pub fn socket_mode_bits(&self) -> Result<u32, ConfigError> {
+        u32::from_str_radix(self.socket_mode.trim_start_matches("0o"), 8)
+            .ok()
+            .filter(|m| *m <= 0o777)
+            .ok_or(ConfigError::Invalid {
+                field: "socket_mode",
+                problem: format!("{:?} is not an octal mode", self.socket_mode),
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_keys_are_errors() {
+        let err = toml::from_str::<Config>("sockett = \"/x\"").unwrap_err();
+        assert!(err.to_string().contains("sockett"), "{err}");
+    }
+
+    #[test]
+    fn defaults_validate_and_modes_parse() {
+        let cfg = Config::default();
+        cfg.validate().unwrap();
+        assert_eq!(cfg.socket_mode_bits().unwrap(), 0o660);
+        let cfg: Config = toml::from_str("socket_mode = \"0999\"").unwrap();
+        assert!(matches!(
+            cfg.validate(),
+            Err(ConfigError::Invalid {
+                field: "socket_mode",
+                ..
+            })
+        ));
+    }
+}

@@ -1,0 +1,443 @@
+//! Sandbox profiles: strict TOML files in the profiles directory, validated once at
+//! daemon start into [`Profile`]. See `docs/profiles.md`.
+
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use vivarium_proto::{LimitOverrides, MaxLimits};
+
+/// A profile exactly as written in TOML.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProfileFile {
+    #[serde(default)]
+    pub description: String,
+    pub python: PythonSection,
+    pub limits: LimitsSection,
+    pub filesystem: FilesystemSection,
+    #[serde(default)]
+    pub network: NetworkSection,
+    pub security: SecuritySection,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PythonSection {
+    /// Absolute path of the interpreter binary (never a shell shim).
+    pub interpreter: PathBuf,
+    /// Flags before the script path, e.g. `["-I"]`.
+    #[serde(default)]
+    pub args: Vec<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsSection {
+    pub wall_ms: u64,
+    pub cpu_ms: u64,
+    pub memory_bytes: u64,
+    pub pids: u32,
+    /// CPU bandwidth in cores (cgroup cpu.max / cfs quota); 0 means unthrottled.
+    #[serde(default)]
+    pub cpu_cores: f64,
+    /// Per-stream cap on stdout and on stderr.
+    pub output_bytes: u64,
+    #[serde(default)]
+    pub on_output_limit: OutputPolicy,
+    pub nofile: u64,
+    pub fsize_bytes: u64,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutputPolicy {
+    /// Kill the job when a stream exceeds its cap.
+    #[default]
+    Kill,
+    /// Keep running; drop the rest of that stream.
+    Truncate,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FilesystemSection {
+    /// Host paths bound read-only at the same path (symlinks are recreated as symlinks).
+    pub ro_binds: Vec<PathBuf>,
+    /// Like `ro_binds`, but skipped when absent on the host.
+    #[serde(default)]
+    pub ro_binds_optional: Vec<PathBuf>,
+    pub work_size_bytes: u64,
+    pub work_inodes: u64,
+    pub tmp_size_bytes: u64,
+    pub tmp_inodes: u64,
+    pub shm_size_bytes: u64,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkSection {
+    /// Reserved: only `false` is supported (a fresh netns with loopback down).
+    #[serde(default)]
+    pub enabled: bool,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SecuritySection {
+    /// Seccomp policy, relative to the profiles directory.
+    pub seccomp: PathBuf,
+    /// The Landlock ABI the profile is written for; rules of later ABIs are not used.
+    pub landlock_abi: u8,
+    /// The lowest kernel Landlock ABI this profile accepts. Below `landlock_abi`, the
+    /// missing features are listed in every outcome's `not_enforced`.
+    pub landlock_min_abi: u8,
+    /// cgroup controllers the profile's limits need.
+    pub cgroup_controllers: Vec<String>,
+}
+
+/// A validated, ready-to-use profile.
+#[derive(Debug, Clone)]
+pub struct Profile {
+    pub name: String,
+    pub file: ProfileFile,
+    pub seccomp_path: PathBuf,
+}
+
+/// Effective per-job limits: the profile's, tightened by the job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JobLimits {
+    pub wall_ms: u64,
+    pub cpu_ms: u64,
+    pub memory_bytes: u64,
+    pub pids: u32,
+    pub output_bytes: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProfileError {
+    #[error("cannot read profile {path}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("profile {path} is invalid")]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: Box<toml::de::Error>,
+    },
+    #[error("profile {name}: {field}: {problem}")]
+    Invalid {
+        name: String,
+        field: &'static str,
+        problem: String,
+    },
+}
+
+/// A job limit that is zero or looser than the profile allows.
+#[derive(Debug, thiserror::Error)]
+#[error("{field} = {requested} is out of range (1..={max})")]
+pub struct LimitError {
+    pub field: &'static str,
+    pub requested: u64,
+    pub max: u64,
+}
+
+impl Profile {
+    /// Parse and validate `<dir>/<name>.toml`.
+    pub fn load(path: &Path) -> Result<Self, ProfileError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ProfileError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let name = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let file: ProfileFile = toml::from_str(&text).map_err(|source| ProfileError::Parse {
+            path: path.to_owned(),
+            source: Box::new(source),
+        })?;
+        let dir = path.parent().unwrap_or(Path::new("."));
+        Self::validate(name, file, dir)
+    }
+
+    pub fn validate(name: String, file: ProfileFile, dir: &Path) -> Result<Self, ProfileError> {
+        let bad = |field: &'static str, problem: String| ProfileError::Invalid {
+            name: name.clone(),
+            field,
+            problem,
+        };
+        let py = &file.python.interpreter;
+        if !py.is_absolute() {
+            return Err(bad("python.interpreter", "must be an absolute path".into()));
+        }
+        if is_script(py) {
+            return Err(bad(
+                "python.interpreter",
+                format!(
+                    "{} is a script (a shim?), not an interpreter binary",
+                    py.display()
+                ),
+            ));
+        }
+        let l = &file.limits;
+        for (field, v) in [
+            ("limits.wall_ms", l.wall_ms),
+            ("limits.cpu_ms", l.cpu_ms),
+            ("limits.memory_bytes", l.memory_bytes),
+            ("limits.pids", u64::from(l.pids)),
+            ("limits.output_bytes", l.output_bytes),
+            ("limits.nofile", l.nofile),
+            ("limits.fsize_bytes", l.fsize_bytes),
+            (
+                "filesystem.work_size_bytes",
+                file.filesystem.work_size_bytes,
+            ),
+            ("filesystem.work_inodes", file.filesystem.work_inodes),
+            ("filesystem.tmp_size_bytes", file.filesystem.tmp_size_bytes),
+            ("filesystem.tmp_inodes", file.filesystem.tmp_inodes),
+            ("filesystem.shm_size_bytes", file.filesystem.shm_size_bytes),
+        ] {
+            if v == 0 {
+                return Err(bad(field, "must be greater than 0".into()));
+            }
+        }
+        if l.memory_bytes < 16 << 20 {
+            return Err(bad("limits.memory_bytes", "must be at least 16 MiB".into()));
+        }
+        if l.pids < 2 {
+            return Err(bad("limits.pids", "must be at least 2".into()));
+        }
+        if !(0.0..=1024.0).contains(&l.cpu_cores) || l.cpu_cores.is_nan() {
+            return Err(bad("limits.cpu_cores", "must be between 0 and 1024".into()));
+        }
+        for p in file
+            .filesystem
+            .ro_binds
+            .iter()
+            .chain(&file.filesystem.ro_binds_optional)
+        {
+            if !p.is_absolute() || p.components().any(|c| c.as_os_str() == "..") {
+                return Err(bad(
+                    "filesystem.ro_binds",
+                    format!("{} must be absolute without '..'", p.display()),
+                ));
+            }
+            if RESERVED.iter().any(|r| p.starts_with(r)) || p == Path::new("/") {
+                return Err(bad(
+                    "filesystem.ro_binds",
+                    format!("{} overlaps a path the sandbox builds itself", p.display()),
+                ));
+            }
+        }
+        if file.network.enabled {
+            return Err(bad(
+                "network.enabled",
+                "network access is not supported yet; only false".into(),
+            ));
+        }
+        let s = &file.security;
+        if !(1..=7).contains(&s.landlock_abi) {
+            return Err(bad("security.landlock_abi", "must be 1..=7".into()));
+        }
+        if s.landlock_min_abi == 0 || s.landlock_min_abi > s.landlock_abi {
+            return Err(bad(
+                "security.landlock_min_abi",
+                "must be 1..=security.landlock_abi".into(),
+            ));
+        }
+        for c in &s.cgroup_controllers {
+            if !["memory", "pids", "cpu"].contains(&c.as_str()) {
+                return Err(bad(
+                    "security.cgroup_controllers",
+                    format!("unknown controller {c:?} (memory, pids, cpu)"),
+                ));
+            }
+        }
+        for k in file.env.keys() {
+            if k.is_empty() || k.contains('=') || k.contains('\0') {
+                return Err(bad("env", format!("invalid variable name {k:?}")));
+            }
+        }
+        let seccomp_path = dir.join(&s.seccomp);
+        Ok(Profile {
+            name,
+            file,
+            seccomp_path,
+        })
+    }
+
+    pub fn max_limits(&self) -> MaxLimits {
+        let l = &self.file.limits;
+        MaxLimits {
+            wall_ms: l.wall_ms,
+            cpu_ms: l.cpu_ms,
+            memory_bytes: l.memory_bytes,
+            pids: l.pids,
+            output_bytes: l.output_bytes,
+        }
+    }
+
+    /// Apply a job's overrides: each may only tighten the profile's value.
+    pub fn job_limits(&self, o: &LimitOverrides) -> Result<JobLimits, LimitError> {
+        let m = self.max_limits();
+        let pick = |field, req: Option<u64>, max: u64| match req {
+            None => Ok(max),
+            Some(v) if v >= 1 && v <= max => Ok(v),
+            Some(v) => Err(LimitError {
+                field,
+                requested: v,
+                max,
+            }),
+        };
+        Ok(JobLimits {
+            wall_ms: pick("wall_ms", o.wall_ms, m.wall_ms)?,
+            cpu_ms: pick("cpu_ms", o.cpu_ms, m.cpu_ms)?,
+            memory_bytes: pick("memory_bytes", o.memory_bytes, m.memory_bytes)?,
+            pids: pick("pids", o.pids.map(u64::from), u64::from(m.pids))? as u32,
+            output_bytes: pick("output_bytes", o.output_bytes, m.output_bytes)?,
+        })
+    }
+}
+
+/// Paths the sandbox builds itself; a profile may not bind over them.
+const RESERVED: &[&str] = &[
+    "/proc",
+    "/dev",
+    "/work",
+    "/tmp",
+    "/etc/passwd",
+    "/etc/group",
+    "/etc/hosts",
+];
+
+fn is_script(path: &Path) -> bool {
+    use std::io::Read;
+    let mut head = [0u8; 2];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut head))
+        .map(|()| &head == b"#!")
+        .unwrap_or(false)
+}
+
+/// Load every `*.toml` in `dir`, sorted by name. A file that fails validation is an
+/// error: a broken profile is never silently dropped.
+pub fn load_dir(dir: &Path) -> Result<Vec<Profile>, ProfileError> {
+    let entries = std::fs::read_dir(dir).map_err(|source| ProfileError::Read {
+        path: dir.to_owned(),
+        source,
+    })?;
+    let mut paths: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .collect();
+    paths.sort();
+    paths.iter().map(|p| Profile::load(p)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shipped_dir() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../profiles")
+    }
+
+    #[test]
+    fn shipped_profiles_validate() {
+        let profiles = load_dir(&shipped_dir()).unwrap();
+        let names: Vec<_> = profiles.iter().map(|p| p.name.as_str()).collect();
+        assert!(names.contains(&"default"), "{names:?}");
+        assert!(names.contains(&"compat"), "{names:?}");
+    }
+
+    fn parse(text: &str) -> Result<Profile, ProfileError> {
+        let file: ProfileFile = toml::from_str(text).map_err(|source| ProfileError::Parse {
+            path: "t.toml".into(),
+            source: Box::new(source),
+        })?;
+        Profile::validate("t".into(), file, &shipped_dir())
+    }
+
+    fn default_text() -> String {
+        std::fs::read_to_string(shipped_dir().join("default.toml")).unwrap()
+    }
+
+    #[test]
+    fn unknown_field_is_rejected_with_its_name() {
+        let text = default_text().replace("[limits]", "[limits]\nmemroy_bytes = 5");
+        let err = parse(&text).unwrap_err();
+        let msg = format!("{:#}", anyhow::Error::from(err));
+        assert!(msg.contains("memroy_bytes"), "{msg}");
+    }
+
+    #[test]
+    fn invalid_values_name_the_field() {
+        let text = default_text().replace("pids = 64", "pids = 0");
+        match parse(&text).unwrap_err() {
+            ProfileError::Invalid { field, .. } => assert_eq!(field, "limits.pids"),
+            e => panic!("{e:?}"),
+        }
+        let text = default_text().replace("/usr/bin/python3\"", "python3\"");
+        match parse(&text).unwrap_err() {
+            ProfileError::Invalid { field, .. } => assert_eq!(field, "python.interpreter"),
+            e => panic!("{e:?}"),
+        }
+    }
+
+    #[test]
+    fn shell_shims_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let shim = dir.path().join("python3");
+        std::fs::write(&shim, "#!/usr/bin/env bash\nexec python3.11 \"$@\"\n").unwrap();
+        let text = default_text().replace("/usr/bin/python3", shim.to_str().unwrap());
+        assert!(matches!(
+            parse(&text),
+            Err(ProfileError::Invalid {
+                field: "python.interpreter",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn jobs_may_tighten_but_not_loosen() {
+        let p = parse(&default_text()).unwrap();
+        let max = p.max_limits();
+        let tight = p
+            .job_limits(&LimitOverrides {
+                wall_ms: Some(1000),
+                memory_bytes: Some(64 << 20),
+                ..Default::default()
+            })
+            .unwrap();
+        assert_eq!(
+            tight,
+            JobLimits {
+                wall_ms: 1000,
+                cpu_ms: max.cpu_ms,
+                memory_bytes: 64 << 20,
+                pids: max.pids,
+                output_bytes: max.output_bytes,
+            }
+        );
+        let err = p
+            .job_limits(&LimitOverrides {
+                memory_bytes: Some(max.memory_bytes + 1),
+                ..Default::default()
+            })
+            .unwrap_err();
+        assert_eq!(err.field, "memory_bytes");
+        assert!(p
+            .job_limits(&LimitOverrides {
+                pids: Some(0),
+                ..Default::default()
+            })
+            .is_err());
+    }
+}

@@ -1,0 +1,35 @@
+//! Capability layer: drop every capability (bounding set included) for the payload.
+
+use super::SetupError;
+use caps::CapSet;
+
+fn err(step: &'static str, e: caps::errors::CapsError) -> SetupError {
+    SetupError::Other {
+        step,
+        detail: e.to_string(),
+    }
+}
+
+/// Empty the bounding, ambient and inheritable sets. Must run while the thread still
+/// holds CAP_SETPCAP (before the uid change), because dropping from the bounding set
+/// needs it.
+pub fn drop_bounding_ambient_inheritable() -> Result<(), SetupError> {
+    caps::clear(None, CapSet::Bounding).map_err(|e| err("caps-bounding", e))?;
+    caps::clear(None, CapSet::Ambient).map_err(|e| err("caps-ambient", e))?;
+    caps::clear(None, CapSet::Inheritable).map_err(|e| err("caps-inheritable", e))
+}
+
+/// After setresuid to a non-zero uid the kernel clears the permitted and effective
+/// sets; check that it did rather than trust it.
+pub fn verify_none_left() -> Result<(), SetupError> {
+    for set in [CapSet::Effective, CapSet::Permitted, CapSet::Bounding] {
+        let held = caps::read(None, set).map_err(|e| err("caps-verify", e))?;
+        if !held.is_empty() {
+            return Err(SetupError::Other {
+                step: "caps-verify",
+                detail: format!("{set:?} still holds {held:?}"),
+            });
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,322 @@
+//! The two processes of a job: its init (pid 1 of the job's pid namespace, our code)
+//! and the payload (which becomes `python3`).
+//!
+//! The setup order, and why:
+//! 1. init waits for the spawner's go: uid/gid maps must be written before it can act
+//!    as root of its user namespace.
+//! 2. init becomes uid 0 *inside* (caps in its own userns only), builds the root
+//!    (mounts need CAP_SYS_ADMIN in the userns owning the mount ns) and pivots.
+//! 3. hostname, the script, rlimits: still need ns-root or are inherited by the payload.
+//! 4. init forks the payload and stays as reaper: a pid namespace dies with its init,
+//!    so when the payload ends, everything it left behind is killed by the kernel.
+//! 5. payload: setsid, stdio, every other fd close-on-exec, cwd.
+//! 6. drop bounding/ambient/inheritable caps while CAP_SETPCAP is still held, lock
+//!    securebits, then setgroups/setresgid/setresuid to the unprivileged ids (this
+//!    clears permitted/effective), and verify no capability is left.
+//! 7. no_new_privs, then Landlock (after pivot_root: Landlock forbids mounts), then
+//!    seccomp LAST, so that the setup itself needs none of the allowlisted syscalls.
+//! 8. execve. Until then a failure is reported as (step, errno) on a close-on-exec
+//!    pipe; EOF there means execve worked.
+
+use super::plan::{JobPlan, SANDBOX_GID, SANDBOX_UID, SCRIPT_PATH};
+use super::report::{encode, Failure, InitMsg, PayloadMsg, WaitStatus};
+use super::{caps, landlock, mount, rlimit, SetupError};
+use crate::sys;
+use nix::sys::wait::{waitpid, WaitStatus as NixWait};
+use nix::unistd::{ForkResult, Gid, Pid, Uid};
+use seccompiler::BpfProgram;
+use std::ffi::CString;
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::PathBuf;
+
+/// Everything prepared before the clone, so the child only executes.
+pub struct Prepared {
+    pub exe: CString,
+    pub argv: Vec<CString>,
+    pub envp: Vec<CString>,
+    pub filters: Vec<BpfProgram>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("job plan has a NUL byte in an argument or environment variable")]
+pub struct NulError;
+
+impl Prepared {
+    pub fn new(plan: &JobPlan) -> Result<Self, NulError> {
+        let c = |s: &str| CString::new(s).map_err(|_| NulError);
+        Ok(Prepared {
+            exe: c(&plan.interpreter.to_string_lossy())?,
+            argv: plan.argv.iter().map(|a| c(a)).collect::<Result<_, _>>()?,
+            envp: plan
+                .env
+                .iter()
+                .map(|(k, v)| c(&format!("{k}={v}")))
+                .collect::<Result<_, _>>()?,
+            filters: plan
+                .seccomp
+                .iter()
+                .map(|f| {
+                    f.iter()
+                        .map(|&(code, jt, jf, k)| seccompiler::sock_filter { code, jt, jf, k })
+                        .collect()
+                })
+                .collect(),
+        })
+    }
+}
+
+/// The fds a job's init owns, received from the spawner.
+pub struct InitFds {
+    /// Read end: one byte when maps and cgroup are in place; EOF means abort.
+    pub sync: OwnedFd,
+    /// Write end: [`InitMsg`]s for the spawner.
+    pub status: OwnedFd,
+    /// Sealed memfd with the script.
+    pub code: OwnedFd,
+    pub stdin: OwnedFd,
+    pub stdout: OwnedFd,
+    pub stderr: OwnedFd,
+}
+
+pub struct InitArgs<'a> {
+    pub plan: &'a JobPlan,
+    pub prepared: &'a Prepared,
+    pub new_root: PathBuf,
+    pub kernel_landlock_abi: u32,
+    pub fds: InitFds,
+}
+
+fn send(status: &std::fs::File, msg: &InitMsg) {
+    let mut w = status;
+    let _ = w.write_all(&encode(msg));
+}
+
+/// Entry point of the cloned child. Never returns.
+pub fn run(args: InitArgs<'_>) -> ! {
+    // pid 1 of a pid namespace ignores its own fatal signals: a panic that aborted
+    // would spin forever. Exit instead.
+    std::panic::set_hook(Box::new(|_| sys::exit_now(123)));
+    // Only our own fds survive into the job; the spawner's others (its link to the
+    // server, other jobs' pipes) are closed here. 0-2 stay open (the daemon's
+    // stdin and log) so that new fds never take those numbers.
+    let fds = &args.fds;
+    let keep = [
+        &fds.sync,
+        &fds.status,
+        &fds.code,
+        &fds.stdin,
+        &fds.stdout,
+        &fds.stderr,
+    ]
+    .map(|f| f.as_raw_fd() as u32);
+    if sys::close_all_except(&[&keep[..], &[0, 1, 2]].concat()).is_err() {
+        sys::exit_now(120);
+    }
+    let InitArgs {
+        plan,
+        prepared,
+        new_root,
+        kernel_landlock_abi,
+        fds,
+    } = args;
+    let status = std::fs::File::from(fds.status);
+    let fds = ChildFds {
+        sync: fds.sync,
+        code: fds.code,
+        stdin: fds.stdin,
+        stdout: fds.stdout,
+        stderr: fds.stderr,
+    };
+    match init(plan, prepared, new_root, kernel_landlock_abi, fds, &status) {
+        Ok(()) => sys::exit_now(0),
+        Err(e) => {
+            send(&status, &InitMsg::Failed(Failure::from(&e)));
+            sys::exit_now(121)
+        }
+    }
+}
+
+struct ChildFds {
+    sync: OwnedFd,
+    code: OwnedFd,
+    stdin: OwnedFd,
+    stdout: OwnedFd,
+    stderr: OwnedFd,
+}
+
+fn init(
+    plan: &JobPlan,
+    prepared: &Prepared,
+    new_root: PathBuf,
+    kernel_landlock_abi: u32,
+    fds: ChildFds,
+    status: &std::fs::File,
+) -> Result<(), SetupError> {
+    sys::set_parent_death_signal(libc::SIGKILL)
+        .map_err(|e| SetupError::io("pdeathsig", "/".as_ref(), &e))?;
+
+    // 1. Wait for the maps (and, on cgroup v1, nothing else: we were cloned inside
+    //    the job's cgroup).
+    let mut go = [0u8; 1];
+    let mut sync = std::fs::File::from(fds.sync);
+    if sync.read(&mut go).ok() != Some(1) {
+        sys::exit_now(122);
+    }
+    drop(sync);
+
+    // 2. Become root of the job's user namespace, build the root, pivot.
+    nix::unistd::setgroups(&[]).map_err(|e| SetupError::errno("setgroups", e))?;
+    nix::unistd::setresgid(Gid::from_raw(0), Gid::from_raw(0), Gid::from_raw(0))
+        .map_err(|e| SetupError::errno("setresgid-root", e))?;
+    nix::unistd::setresuid(Uid::from_raw(0), Uid::from_raw(0), Uid::from_raw(0))
+        .map_err(|e| SetupError::errno("setresuid-root", e))?;
+    let owner = (SANDBOX_UID, SANDBOX_GID);
+    mount::build_root(&new_root, &plan.mounts, owner)?;
+    mount::pivot(&new_root)?;
+
+    // 3. Hostname, the script, rlimits (inherited by the payload).
+    nix::unistd::sethostname(&plan.hostname).map_err(|e| SetupError::errno("sethostname", e))?;
+    let mut code = Vec::new();
+    std::fs::File::from(fds.code)
+        .read_to_end(&mut code)
+        .map_err(|e| SetupError::io("read-code", "memfd".as_ref(), &e))?;
+    mount::write_script(SCRIPT_PATH.as_ref(), &code, owner)?;
+    drop(code);
+    rlimit::apply(&plan.rlimits)?;
+
+    // 4. Fork the payload; stay as its reaper.
+    let (exec_r, exec_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .map_err(|e| SetupError::errno("pipe", e))?;
+    // SAFETY: init is single-threaded (it is a clone of the single-threaded spawner),
+    // so the child may keep running Rust code after fork.
+    #[allow(unsafe_code)]
+    let fork = unsafe { nix::unistd::fork() }.map_err(|e| SetupError::errno("fork", e))?;
+    let payload = match fork {
+        ForkResult::Child => {
+            drop(exec_r);
+            let stdio = [fds.stdin, fds.stdout, fds.stderr];
+            let err = match payload(&stdio, plan, prepared, kernel_landlock_abi, &exec_w) {
+                Ok(never) => match never {},
+                Err(e) => e,
+            };
+            let msg = encode(&PayloadMsg::Failed(Failure::from(&err)));
+            let _ = std::fs::File::from(exec_w).write_all(&msg);
+            sys::exit_now(127);
+        }
+        ForkResult::Parent { child } => child,
+    };
+    // The payload has the only copies of stdio that matter: EOF reaches the server
+    // as soon as the job's processes are gone.
+    drop((fds.stdin, fds.stdout, fds.stderr, exec_w));
+
+    let mut buf = Vec::new();
+    let _ = std::fs::File::from(exec_r).read_to_end(&mut buf);
+    let mut landlock = None;
+    for msg in super::report::decode_all::<PayloadMsg>(&mut buf) {
+        match msg {
+            PayloadMsg::Landlock(s) => landlock = Some(s),
+            PayloadMsg::Failed(f) => {
+                send(status, &InitMsg::Failed(f));
+                let _ = waitpid(payload, None);
+                sys::exit_now(121);
+            }
+        }
+    }
+    let Some(landlock) = landlock else {
+        return Err(SetupError::Other {
+            step: "payload",
+            detail: "payload died before reporting".into(),
+        });
+    };
+    send(status, &InitMsg::Running { landlock });
+
+    let exit = reap_until(payload);
+    let disk_full = ["/work", "/tmp", "/dev/shm"].iter().any(|p| {
+        nix::sys::statvfs::statvfs(*p)
+            .map(|s| s.blocks_available() == 0 || s.files_available() == 0)
+            .unwrap_or(false)
+    });
+    send(
+        status,
+        &InitMsg::Exited {
+            status: exit,
+            disk_full,
+        },
+    );
+    Ok(())
+}
+
+/// Reap every child (orphans re-parent to us) until `payload` itself has ended.
+fn reap_until(payload: Pid) -> WaitStatus {
+    loop {
+        match waitpid(Pid::from_raw(-1), None) {
+            Ok(NixWait::Exited(pid, code)) if pid == payload => return WaitStatus::Code(code),
+            Ok(NixWait::Signaled(pid, sig, _)) if pid == payload => {
+                return WaitStatus::Signal(sig as i32)
+            }
+            Ok(_) | Err(nix::Error::EINTR) => continue,
+            Err(_) => return WaitStatus::Code(255),
+        }
+    }
+}
+
+/// The payload's half of the setup order (steps 5 to 8). Returns only on failure.
+fn payload(
+    stdio: &[OwnedFd; 3],
+    plan: &JobPlan,
+    prepared: &Prepared,
+    kernel_landlock_abi: u32,
+    exec_w: &OwnedFd,
+) -> Result<std::convert::Infallible, SetupError> {
+    // 5. Own session, stdio on 0/1/2, everything else gone at execve.
+    nix::unistd::setsid().map_err(|e| SetupError::errno("setsid", e))?;
+    for (target, fd) in stdio.iter().enumerate() {
+        sys::dup_onto(fd.as_fd(), target as i32)
+            .map_err(|e| SetupError::io("dup2", "stdio".as_ref(), &e))?;
+    }
+    sys::cloexec_from(3).map_err(|e| SetupError::io("close_range", "/".as_ref(), &e))?;
+    nix::unistd::chdir("/work").map_err(|e| SetupError::errno("chdir", e))?;
+
+    // 6. Capabilities, then identity.
+    caps::drop_bounding_ambient_inheritable()?;
+    sys::lock_securebits().map_err(|e| SetupError::io("securebits", "/".as_ref(), &e))?;
+    nix::unistd::setgroups(&[]).map_err(|e| SetupError::errno("setgroups", e))?;
+    let (gid, uid) = (Gid::from_raw(SANDBOX_GID), Uid::from_raw(SANDBOX_UID));
+    nix::unistd::setresgid(gid, gid, gid).map_err(|e| SetupError::errno("setresgid", e))?;
+    nix::unistd::setresuid(uid, uid, uid).map_err(|e| SetupError::errno("setresuid", e))?;
+    caps::verify_none_left()?;
+
+    // 7. no_new_privs, Landlock, seccomp last.
+    sys::set_no_new_privs().map_err(|e| SetupError::io("no_new_privs", "/".as_ref(), &e))?;
+    let status = landlock::apply(&plan.landlock, kernel_landlock_abi)?;
+    std::fs::File::from(
+        exec_w
+            .try_clone()
+            .map_err(|e| SetupError::io("dup", "pipe".as_ref(), &e))?,
+    )
+    .write_all(&encode(&PayloadMsg::Landlock(status)))
+    .map_err(|e| SetupError::io("report", "pipe".as_ref(), &e))?;
+    let argv: Vec<*const libc::c_char> = prepared
+        .argv
+        .iter()
+        .map(|a| a.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect();
+    let envp: Vec<*const libc::c_char> = prepared
+        .envp
+        .iter()
+        .map(|a| a.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect();
+    for filter in &prepared.filters {
+        seccompiler::apply_filter(filter).map_err(|e| SetupError::Other {
+            step: "seccomp",
+            detail: e.to_string(),
+        })?;
+    }
+
+    // 8. execve; seccomp must allow it (it is the last syscall of our setup).
+    let err = sys::execve(&prepared.exe, &argv, &envp);
+    Err(SetupError::io("execve", &plan.interpreter, &err))
+}

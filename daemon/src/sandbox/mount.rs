@@ -1,0 +1,230 @@
+//! Mount layer: build the job's minimal root on a tmpfs and pivot into it.
+//!
+//! Runs in the job's init, inside its new user and mount namespaces. The host's mount
+//! tree is made private first so nothing we do propagates back.
+
+use super::plan::MountStep;
+use super::SetupError;
+use nix::mount::{mount, umount2, MntFlags, MsFlags};
+use nix::sys::stat::Mode;
+use nix::sys::statvfs::{statvfs, FsFlags};
+use nix::unistd::{chdir, chown, pivot_root, Gid, Uid};
+use std::path::{Path, PathBuf};
+
+const NONE: Option<&str> = None;
+
+fn at(root: &Path, path: &Path) -> PathBuf {
+    root.join(path.strip_prefix("/").unwrap_or(path))
+}
+
+fn mkdir_p(path: &Path) -> Result<(), SetupError> {
+    std::fs::create_dir_all(path).map_err(|e| SetupError::io("mkdir", path, &e))
+}
+
+/// Mount flags that a bind remount must keep: in a user namespace the kernel locks
+/// nosuid/nodev/noexec/atime flags inherited from the host, and dropping one is EPERM.
+fn locked_flags(source: &Path) -> Result<MsFlags, SetupError> {
+    let st = statvfs(source).map_err(|e| SetupError::nix("statvfs", source, e))?;
+    let f = st.flags();
+    let mut out = MsFlags::empty();
+    for (have, keep) in [
+        (FsFlags::ST_NOSUID, MsFlags::MS_NOSUID),
+        (FsFlags::ST_NODEV, MsFlags::MS_NODEV),
+        (FsFlags::ST_NOEXEC, MsFlags::MS_NOEXEC),
+        (FsFlags::ST_NOATIME, MsFlags::MS_NOATIME),
+        (FsFlags::ST_NODIRATIME, MsFlags::MS_NODIRATIME),
+        (FsFlags::ST_RELATIME, MsFlags::MS_RELATIME),
+    ] {
+        if f.contains(have) {
+            out |= keep;
+        }
+    }
+    Ok(out)
+}
+
+fn bind_ro(source: &Path, target: &Path, extra: MsFlags) -> Result<(), SetupError> {
+    mount(
+        Some(source),
+        target,
+        NONE,
+        MsFlags::MS_BIND | MsFlags::MS_REC,
+        NONE,
+    )
+    .map_err(|e| SetupError::nix("bind", target, e))?;
+    let flags = MsFlags::MS_REMOUNT
+        | MsFlags::MS_BIND
+        | MsFlags::MS_RDONLY
+        | MsFlags::MS_NOSUID
+        | extra
+        | locked_flags(source)?;
+    mount(NONE, target, NONE, flags, NONE).map_err(|e| SetupError::nix("remount-ro", target, e))
+}
+
+fn tmpfs(
+    target: &Path,
+    size: u64,
+    inodes: u64,
+    mode: u32,
+    flags: MsFlags,
+) -> Result<(), SetupError> {
+    let data = format!("size={size},nr_inodes={inodes},mode={mode:o}");
+    mount(
+        Some("tmpfs"),
+        target,
+        Some("tmpfs"),
+        flags | MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some(data.as_str()),
+    )
+    .map_err(|e| SetupError::nix("tmpfs", target, e))
+}
+
+fn placeholder_file(path: &Path) -> Result<(), SetupError> {
+    if let Some(parent) = path.parent() {
+        mkdir_p(parent)?;
+    }
+    std::fs::File::create(path).map_err(|e| SetupError::io("create", path, &e))?;
+    Ok(())
+}
+
+/// Execute the mount plan on a fresh tmpfs at `new_root`, then make that root
+/// read-only. `owner` (uid, gid inside) owns the writable tmpfs mounts.
+pub fn build_root(
+    new_root: &Path,
+    steps: &[MountStep],
+    owner: (u32, u32),
+) -> Result<(), SetupError> {
+    // Nothing below may propagate to the host's mounts.
+    mount(NONE, "/", NONE, MsFlags::MS_REC | MsFlags::MS_PRIVATE, NONE)
+        .map_err(|e| SetupError::nix("make-rprivate", Path::new("/"), e))?;
+    tmpfs(new_root, 1 << 20, 256, 0o755, MsFlags::empty())?;
+    for step in steps {
+        match step {
+            MountStep::BindRo { source, path } => {
+                let target = at(new_root, path);
+                if source.is_dir() {
+                    mkdir_p(&target)?;
+                } else {
+                    placeholder_file(&target)?;
+                }
+                bind_ro(source, &target, MsFlags::MS_NODEV)?;
+            }
+            MountStep::Symlink { link, path } => {
+                let target = at(new_root, path);
+                if let Some(parent) = target.parent() {
+                    mkdir_p(parent)?;
+                }
+                std::os::unix::fs::symlink(link, &target)
+                    .map_err(|e| SetupError::io("symlink", &target, &e))?;
+            }
+            MountStep::File { path, contents } => {
+                let target = at(new_root, path);
+                if let Some(parent) = target.parent() {
+                    mkdir_p(parent)?;
+                }
+                std::fs::write(&target, contents)
+                    .map_err(|e| SetupError::io("write", &target, &e))?;
+            }
+            MountStep::Tmpfs {
+                path,
+                size,
+                inodes,
+                mode,
+            } => {
+                let target = at(new_root, path);
+                mkdir_p(&target)?;
+                tmpfs(&target, *size, *inodes, *mode, MsFlags::MS_NOEXEC)?;
+                chown(
+                    &target,
+                    Some(Uid::from_raw(owner.0)),
+                    Some(Gid::from_raw(owner.1)),
+                )
+                .map_err(|e| SetupError::nix("chown", &target, e))?;
+            }
+            MountStep::Device { source, path } => {
+                let target = at(new_root, path);
+                placeholder_file(&target)?;
+                // The host node keeps its own (devtmpfs) superblock, so it works even
+                // though devices on filesystems mounted in a userns do not.
+                mount(
+                    Some(source.as_path()),
+                    &target,
+                    NONE,
+                    MsFlags::MS_BIND,
+                    NONE,
+                )
+                .map_err(|e| SetupError::nix("bind-dev", &target, e))?;
+                let flags = MsFlags::MS_REMOUNT
+                    | MsFlags::MS_BIND
+                    | MsFlags::MS_NOSUID
+                    | MsFlags::MS_NOEXEC
+                    | locked_flags(source)?;
+                mount(NONE, &target, NONE, flags, NONE)
+                    .map_err(|e| SetupError::nix("remount-dev", &target, e))?;
+            }
+            MountStep::Proc { path } => {
+                let target = at(new_root, path);
+                mkdir_p(&target)?;
+                mount(
+                    Some("proc"),
+                    &target,
+                    Some("proc"),
+                    MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+                    NONE,
+                )
+                .map_err(|e| SetupError::nix("proc", &target, e))?;
+            }
+        }
+    }
+    // The root itself becomes read-only; the tmpfs mounts on it stay writable.
+    mount(
+        NONE,
+        new_root,
+        NONE,
+        MsFlags::MS_REMOUNT
+            | MsFlags::MS_BIND
+            | MsFlags::MS_RDONLY
+            | MsFlags::MS_NOSUID
+            | MsFlags::MS_NODEV,
+        NONE,
+    )
+    .map_err(|e| SetupError::nix("remount-root-ro", new_root, e))
+}
+
+/// Switch to `new_root` and detach the old root, the way firecracker's jailer does:
+/// bind the new root onto itself, `pivot_root(".", ".")`, then lazily unmount the old
+/// root stacked on top.
+pub fn pivot(new_root: &Path) -> Result<(), SetupError> {
+    mount(
+        Some(new_root),
+        new_root,
+        NONE,
+        MsFlags::MS_BIND | MsFlags::MS_REC,
+        NONE,
+    )
+    .map_err(|e| SetupError::nix("bind-root", new_root, e))?;
+    chdir(new_root).map_err(|e| SetupError::nix("chdir", new_root, e))?;
+    pivot_root(".", ".").map_err(|e| SetupError::nix("pivot_root", new_root, e))?;
+    umount2(".", MntFlags::MNT_DETACH)
+        .map_err(|e| SetupError::nix("umount-old-root", Path::new("."), e))?;
+    chdir("/").map_err(|e| SetupError::nix("chdir", Path::new("/"), e))
+}
+
+/// Write the script where the payload will find it, owned by the sandbox user.
+pub fn write_script(path: &Path, code: &[u8], owner: (u32, u32)) -> Result<(), SetupError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(Mode::from_bits_truncate(0o600).bits())
+        .open(path)
+        .map_err(|e| SetupError::io("create-script", path, &e))?;
+    f.write_all(code)
+        .map_err(|e| SetupError::io("write-script", path, &e))?;
+    chown(
+        path,
+        Some(Uid::from_raw(owner.0)),
+        Some(Gid::from_raw(owner.1)),
+    )
+    .map_err(|e| SetupError::nix("chown", path, e))
+}

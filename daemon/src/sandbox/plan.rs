@@ -1,0 +1,319 @@
+//! The setup plan: everything a job's sandbox needs, computed from profile + job before
+//! the clone, as plain data. The child only executes it.
+
+use crate::profile::{JobLimits, Profile};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// Inside the sandbox, the payload runs as this uid and gid.
+pub const SANDBOX_UID: u32 = 1000;
+pub const SANDBOX_GID: u32 = 1000;
+/// Where the script is written inside the sandbox.
+pub const SCRIPT_PATH: &str = "/work/main.py";
+pub const HOSTNAME: &str = "vivarium";
+
+/// One step of building the new root. Paths are as seen inside the sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MountStep {
+    /// A tmpfs with size and inode caps, owned by the sandbox uid.
+    Tmpfs {
+        path: PathBuf,
+        size: u64,
+        inodes: u64,
+        mode: u32,
+    },
+    /// A read-only bind of a host path at `path`.
+    BindRo { source: PathBuf, path: PathBuf },
+    /// A symlink (recreating a host symlink such as `/bin -> usr/bin`).
+    Symlink { link: PathBuf, path: PathBuf },
+    /// A regular file with fixed contents on the (read-only) root.
+    File { path: PathBuf, contents: String },
+    /// A host device node bound onto an empty file (mknod is not allowed in a userns).
+    Device { source: PathBuf, path: PathBuf },
+    /// A fresh procfs for the job's pid namespace.
+    Proc { path: PathBuf },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RlimitPlan {
+    pub nofile: u64,
+    pub fsize: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LandlockPlan {
+    /// The ABI the profile is written for.
+    pub abi: u8,
+    /// The lowest kernel ABI accepted (below `abi` is best effort, reported).
+    pub min_abi: u8,
+    /// Read and execute beneath these.
+    pub read_dirs: Vec<PathBuf>,
+    /// Full access beneath these (the job's tmpfs mounts).
+    pub write_dirs: Vec<PathBuf>,
+    /// Read and write (not create) on these files.
+    pub write_files: Vec<PathBuf>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CgroupPlan {
+    pub memory_bytes: u64,
+    pub pids: u32,
+    /// CFS quota per period; `None` = unthrottled.
+    pub cpu_quota_us: Option<u64>,
+    pub cpu_period_us: u64,
+}
+
+/// One job's sandbox, ready to execute.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobPlan {
+    pub job_id: u64,
+    pub hostname: String,
+    pub mounts: Vec<MountStep>,
+    pub interpreter: PathBuf,
+    /// Complete argv, `argv[0]` first.
+    pub argv: Vec<String>,
+    /// The complete environment: nothing is inherited.
+    pub env: Vec<(String, String)>,
+    pub rlimits: RlimitPlan,
+    pub landlock: LandlockPlan,
+    /// Compiled seccomp filters in installation order (`(code, jt, jf, k)`).
+    pub seccomp: Vec<Vec<(u16, u8, u8, u32)>>,
+    pub cgroup: CgroupPlan,
+    pub wall_ms: u64,
+    pub cpu_ms: u64,
+}
+
+/// The minimal /etc the sandbox gets (besides the profile's optional binds).
+fn etc_files() -> Vec<MountStep> {
+    let file = |path: &str, contents: &str| MountStep::File {
+        path: path.into(),
+        contents: contents.into(),
+    };
+    vec![
+        file(
+            "/etc/passwd",
+            "root:x:0:0:root:/:/usr/sbin/nologin\n\
+             sandbox:x:1000:1000:sandbox:/work:/usr/sbin/nologin\n\
+             nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+        ),
+        file(
+            "/etc/group",
+            "root:x:0:\nsandbox:x:1000:\nnogroup:x:65534:\n",
+        ),
+        file("/etc/hosts", "127.0.0.1 localhost\n::1 localhost\n"),
+        file("/etc/hostname", "vivarium\n"),
+        file("/etc/resolv.conf", ""),
+    ]
+}
+
+/// Host paths are read here (`symlink_metadata`) so that the child never decides.
+pub fn mounts(profile: &Profile) -> Vec<MountStep> {
+    let fs = &profile.file.filesystem;
+    let mut steps = Vec::new();
+    let binds = fs.ro_binds.iter().map(|p| (p, true));
+    let optional = fs.ro_binds_optional.iter().map(|p| (p, false));
+    for (path, required) in binds.chain(optional) {
+        match std::fs::symlink_metadata(path) {
+            Ok(meta) if meta.file_type().is_symlink() => match std::fs::read_link(path) {
+                Ok(link) => steps.push(MountStep::Symlink {
+                    link,
+                    path: path.clone(),
+                }),
+                Err(_) => continue,
+            },
+            Ok(_) => steps.push(MountStep::BindRo {
+                source: path.clone(),
+                path: path.clone(),
+            }),
+            // A missing required bind fails in the child with a clear step name.
+            Err(_) if required => steps.push(MountStep::BindRo {
+                source: path.clone(),
+                path: path.clone(),
+            }),
+            Err(_) => {}
+        }
+    }
+    steps.extend(etc_files());
+    let tmpfs = |path: &str, size, inodes| MountStep::Tmpfs {
+        path: path.into(),
+        size,
+        inodes,
+        mode: 0o700,
+    };
+    steps.push(tmpfs("/work", fs.work_size_bytes, fs.work_inodes));
+    steps.push(tmpfs("/tmp", fs.tmp_size_bytes, fs.tmp_inodes));
+    steps.push(MountStep::Proc {
+        path: "/proc".into(),
+    });
+    for dev in ["null", "zero", "full", "random", "urandom"] {
+        steps.push(MountStep::Device {
+            source: Path::new("/dev").join(dev),
+            path: Path::new("/dev").join(dev),
+        });
+    }
+    for (name, link) in [
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ] {
+        steps.push(MountStep::Symlink {
+            link: link.into(),
+            path: Path::new("/dev").join(name),
+        });
+    }
+    steps.push(tmpfs("/dev/shm", fs.shm_size_bytes, 1024));
+    steps
+}
+
+/// The environment, built from nothing.
+pub fn environment(profile: &Profile) -> Vec<(String, String)> {
+    let mut env = vec![
+        ("PATH".to_owned(), "/usr/local/bin:/usr/bin:/bin".to_owned()),
+        ("HOME".to_owned(), "/work".to_owned()),
+        ("TMPDIR".to_owned(), "/tmp".to_owned()),
+        ("USER".to_owned(), "sandbox".to_owned()),
+    ];
+    for (k, v) in &profile.file.env {
+        env.retain(|(key, _)| key != k);
+        env.push((k.clone(), v.clone()));
+    }
+    env
+}
+
+pub fn cgroup(profile: &Profile, limits: &JobLimits) -> CgroupPlan {
+    const PERIOD_US: u64 = 100_000;
+    let cores = profile.file.limits.cpu_cores;
+    CgroupPlan {
+        memory_bytes: limits.memory_bytes,
+        pids: limits.pids,
+        cpu_quota_us: (cores > 0.0).then(|| ((cores * PERIOD_US as f64) as u64).max(1000)),
+        cpu_period_us: PERIOD_US,
+    }
+}
+
+/// Build the plan for one job.
+pub fn build(
+    job_id: u64,
+    profile: &Profile,
+    limits: &JobLimits,
+    args: &[String],
+    seccomp: Vec<Vec<(u16, u8, u8, u32)>>,
+) -> JobPlan {
+    let py = &profile.file.python;
+    let mut argv = vec![py.interpreter.to_string_lossy().into_owned()];
+    argv.extend(py.args.iter().cloned());
+    argv.push(SCRIPT_PATH.to_owned());
+    argv.extend(args.iter().cloned());
+    let sec = &profile.file.security;
+    JobPlan {
+        job_id,
+        hostname: HOSTNAME.into(),
+        mounts: mounts(profile),
+        interpreter: py.interpreter.clone(),
+        argv,
+        env: environment(profile),
+        rlimits: RlimitPlan {
+            nofile: profile.file.limits.nofile,
+            fsize: profile.file.limits.fsize_bytes,
+        },
+        landlock: LandlockPlan {
+            abi: sec.landlock_abi,
+            min_abi: sec.landlock_min_abi,
+            read_dirs: vec!["/".into()],
+            write_dirs: vec!["/work".into(), "/tmp".into(), "/dev/shm".into()],
+            write_files: vec!["/dev/null".into(), "/dev/zero".into(), "/dev/full".into()],
+        },
+        seccomp,
+        cgroup: cgroup(profile, limits),
+        wall_ms: limits.wall_ms,
+        cpu_ms: limits.cpu_ms,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::load_dir;
+
+    fn default_profile() -> Profile {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../profiles");
+        load_dir(&dir)
+            .unwrap()
+            .into_iter()
+            .find(|p| p.name == "default")
+            .unwrap()
+    }
+
+    #[test]
+    fn plan_for_the_default_profile() {
+        let p = default_profile();
+        let limits = p.job_limits(&Default::default()).unwrap();
+        let plan = build(7, &p, &limits, &["x".into()], vec![]);
+        assert_eq!(
+            plan.argv,
+            vec!["/usr/bin/python3", "-I", "/work/main.py", "x"]
+        );
+        assert_eq!(
+            plan.env,
+            vec![
+                ("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()),
+                ("HOME".into(), "/work".into()),
+                ("TMPDIR".into(), "/tmp".into()),
+                ("USER".into(), "sandbox".into()),
+                ("LANG".into(), "C.UTF-8".into()),
+                ("PYTHONDONTWRITEBYTECODE".into(), "1".into()),
+                ("PYTHONUNBUFFERED".into(), "1".into()),
+            ]
+        );
+        assert_eq!(
+            plan.cgroup,
+            CgroupPlan {
+                memory_bytes: 512 << 20,
+                pids: 64,
+                cpu_quota_us: Some(100_000),
+                cpu_period_us: 100_000,
+            }
+        );
+        assert_eq!(
+            plan.landlock,
+            LandlockPlan {
+                abi: 6,
+                min_abi: 6,
+                read_dirs: vec!["/".into()],
+                write_dirs: vec!["/work".into(), "/tmp".into(), "/dev/shm".into()],
+                write_files: vec!["/dev/null".into(), "/dev/zero".into(), "/dev/full".into()],
+            }
+        );
+    }
+
+    #[test]
+    fn merged_usr_symlinks_are_recreated_and_sandbox_paths_built() {
+        let p = default_profile();
+        let steps = mounts(&p);
+        // Debian 12 has a merged /usr: /bin is a symlink, /usr a directory.
+        assert!(steps.contains(&MountStep::Symlink {
+            link: "usr/bin".into(),
+            path: "/bin".into()
+        }));
+        assert!(steps.contains(&MountStep::BindRo {
+            source: "/usr".into(),
+            path: "/usr".into()
+        }));
+        let tmpfs: Vec<_> = steps
+            .iter()
+            .filter_map(|s| match s {
+                MountStep::Tmpfs { path, .. } => Some(path.to_str().unwrap()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(tmpfs, vec!["/work", "/tmp", "/dev/shm"]);
+        let proc_at = steps
+            .iter()
+            .position(|s| matches!(s, MountStep::Proc { .. }));
+        let dev_at = steps
+            .iter()
+            .position(|s| matches!(s, MountStep::Device { .. }));
+        assert!(proc_at < dev_at);
+    }
+}

@@ -1,0 +1,101 @@
+//! Messages from a job's processes back to the spawner: length-prefixed bincode on
+//! pipes, each message written with one `write` (below PIPE_BUF, so atomic).
+
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
+use vivarium_proto::LandlockStatus;
+
+/// Payload -> init, on the close-on-exec pipe: EOF after `Landlock` means execve worked.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PayloadMsg {
+    Landlock(LandlockStatus),
+    Failed(Failure),
+}
+
+/// Init -> spawner.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum InitMsg {
+    /// The payload exec'd the interpreter under every layer.
+    Running { landlock: LandlockStatus },
+    /// A setup step failed; the code never ran.
+    Failed(Failure),
+    /// The payload ended. `disk_full`: a job tmpfs was out of space or inodes.
+    Exited { status: WaitStatus, disk_full: bool },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Failure {
+    pub step: String,
+    pub detail: String,
+    pub errno: i32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WaitStatus {
+    Code(i32),
+    Signal(i32),
+}
+
+impl From<&super::SetupError> for Failure {
+    fn from(e: &super::SetupError) -> Self {
+        let errno = match e {
+            super::SetupError::Sys { source, .. } => source.raw_os_error().unwrap_or(0),
+            super::SetupError::Other { .. } => 0,
+        };
+        Failure {
+            step: e.step().to_owned(),
+            detail: e.to_string(),
+            errno,
+        }
+    }
+}
+
+fn config() -> impl bincode::config::Config {
+    bincode::config::standard().with_limit::<4096>()
+}
+
+/// Encode one message with a 2-byte length prefix.
+pub fn encode<T: Serialize>(msg: &T) -> Vec<u8> {
+    let body = bincode::serde::encode_to_vec(msg, config()).unwrap_or_default();
+    let mut out = (body.len() as u16).to_le_bytes().to_vec();
+    out.extend_from_slice(&body);
+    out
+}
+
+/// Split complete messages off the front of `buf`.
+pub fn decode_all<T: DeserializeOwned>(buf: &mut Vec<u8>) -> Vec<T> {
+    let mut out = Vec::new();
+    while buf.len() >= 2 {
+        let len = u16::from_le_bytes([buf[0], buf[1]]) as usize;
+        if buf.len() < 2 + len {
+            break;
+        }
+        if let Ok((msg, _)) = bincode::serde::decode_from_slice(&buf[2..2 + len], config()) {
+            out.push(msg);
+        }
+        buf.drain(..2 + len);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_split_across_reads() {
+        let a = InitMsg::Running {
+            landlock: LandlockStatus::FullyEnforced,
+        };
+        let b = InitMsg::Exited {
+            status: WaitStatus::Signal(9),
+            disk_full: true,
+        };
+        let mut bytes = encode(&a);
+        bytes.extend(encode(&b));
+        let mut buf = bytes[..3].to_vec();
+        assert!(decode_all::<InitMsg>(&mut buf).is_empty());
+        buf.extend_from_slice(&bytes[3..]);
+        assert_eq!(decode_all::<InitMsg>(&mut buf), vec![a, b]);
+        assert!(buf.is_empty());
+    }
+}

@@ -1,0 +1,378 @@
+//! One client connection: hello, authorization, requests, and at most one running job.
+//! Every bad input gets a typed error and the connection (and the daemon) goes on.
+
+use super::auth::{self, Peer};
+use super::job::{self, JobRequest};
+use super::Daemon;
+use std::sync::Arc;
+use tokio::sync::{mpsc, Notify};
+use tokio_seqpacket::UnixSeqpacket;
+use vivarium_proto::{
+    decode, encode, negotiate, Code, ErrorCode, Event, HelloAck, JobSpec, Request, WireError,
+    MAX_FRAME,
+};
+
+/// Arguments may not add up to more than this (execve has its own, larger, limit).
+const MAX_ARGS_BYTES: usize = 64 * 1024;
+/// Stdin bytes accepted for one job.
+const MAX_STDIN_BYTES: u64 = 256 << 20;
+
+pub async fn send(sock: &UnixSeqpacket, event: &Event) -> bool {
+    match encode(event) {
+        Ok(frame) => sock.send(&frame).await.is_ok(),
+        Err(e) => {
+            tracing::error!(error = %e, "event did not encode");
+            false
+        }
+    }
+}
+
+pub async fn send_error(sock: &UnixSeqpacket, code: ErrorCode, message: impl Into<String>) -> bool {
+    send(
+        sock,
+        &Event::Error(WireError {
+            code,
+            message: message.into(),
+        }),
+    )
+    .await
+}
+
+fn identify(sock: &UnixSeqpacket) -> std::io::Result<Peer> {
+    let cred = sock.peer_cred()?;
+    let groups = crate::sys::peer_groups(std::os::fd::AsFd::as_fd(sock))?;
+    Ok(Peer {
+        uid: cred.uid(),
+        gid: cred.gid(),
+        groups,
+    })
+}
+
+struct Running {
+    stdin: Option<mpsc::UnboundedSender<Vec<u8>>>,
+    stdin_bytes: u64,
+    cancel: Arc<Notify>,
+    done: tokio::task::JoinHandle<()>,
+}
+
+/// A job whose code is still arriving in chunks.
+struct Receiving {
+    spec: JobSpec,
+    code: Vec<u8>,
+    len: usize,
+}
+
+pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket) {
+    let sock = Arc::new(sock);
+    let peer = match identify(&sock) {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot identify peer");
+            return;
+        }
+    };
+    if !auth::admitted(
+        &peer,
+        daemon.own_uid,
+        &daemon.config.allow_uids,
+        &daemon.allowed_gids,
+    ) {
+        tracing::warn!(uid = peer.uid, gid = peer.gid, "peer not admitted");
+        send_error(
+            &sock,
+            ErrorCode::NotAuthorized,
+            format!("uid {} is not admitted", peer.uid),
+        )
+        .await;
+        return;
+    }
+    let mut buf = vec![0u8; MAX_FRAME + 1];
+    let mut version = None;
+    let mut running: Option<Running> = None;
+    let mut receiving: Option<Receiving> = None;
+    loop {
+        let job_done = async {
+            match running.as_mut() {
+                Some(r) => {
+                    let _ = (&mut r.done).await;
+                }
+                None => std::future::pending().await,
+            }
+        };
+        let n = tokio::select! {
+            n = sock.recv(&mut buf) => n,
+            () = job_done => {
+                running = None;
+                continue;
+            }
+        };
+        let n = match n {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        if n > MAX_FRAME {
+            send_error(
+                &sock,
+                ErrorCode::OversizeFrame,
+                format!("frames are limited to {MAX_FRAME} bytes"),
+            )
+            .await;
+            continue;
+        }
+        let req: Request = match decode(&buf[..n]) {
+            Ok(r) => r,
+            Err(e) => {
+                send_error(&sock, ErrorCode::MalformedFrame, crate::error_chain(&e)).await;
+                continue;
+            }
+        };
+        match (req, version) {
+            (Request::Hello(h), None) => match negotiate(h.min_version, h.max_version) {
+                Some(v) => {
+                    version = Some(v);
+                    let ack = HelloAck {
+                        version: v,
+                        daemon: format!("vivariumd/{}", env!("CARGO_PKG_VERSION")),
+                        peer_uid: peer.uid,
+                    };
+                    send(&sock, &Event::HelloAck(ack)).await;
+                }
+                None => {
+                    send_error(
+                        &sock,
+                        ErrorCode::UnsupportedVersion,
+                        format!(
+                            "client speaks {}..={}, daemon {}..={}",
+                            h.min_version,
+                            h.max_version,
+                            vivarium_proto::MIN_PROTOCOL_VERSION,
+                            vivarium_proto::PROTOCOL_VERSION
+                        ),
+                    )
+                    .await;
+                }
+            },
+            (_, None) => {
+                send_error(
+                    &sock,
+                    ErrorCode::UnexpectedMessage,
+                    "the first message must be Hello",
+                )
+                .await;
+            }
+            (Request::Hello(_), Some(_)) => {
+                send_error(
+                    &sock,
+                    ErrorCode::UnexpectedMessage,
+                    "hello was already done",
+                )
+                .await;
+            }
+            (Request::ListProfiles, Some(_)) => {
+                let infos = daemon.profiles.values().map(|p| p.info()).collect();
+                send(&sock, &Event::Profiles(infos)).await;
+            }
+            (Request::Submit(spec), Some(_)) => {
+                if running.is_some() || receiving.is_some() {
+                    send_error(
+                        &sock,
+                        ErrorCode::UnexpectedMessage,
+                        "a job is already running on this connection",
+                    )
+                    .await;
+                    continue;
+                }
+                match spec.code {
+                    Code::Inline(ref code) => {
+                        let code = code.clone();
+                        running = start(&daemon, &sock, &peer, spec, code).await;
+                    }
+                    Code::Chunked { len } => {
+                        if len > daemon.config.max_code_bytes {
+                            // The chunks already on their way cannot be told apart from
+                            // the next request: refuse and close.
+                            send_error(
+                                &sock,
+                                ErrorCode::CodeTooLarge,
+                                format!(
+                                    "code of {len} bytes exceeds the {}-byte limit",
+                                    daemon.config.max_code_bytes
+                                ),
+                            )
+                            .await;
+                            break;
+                        }
+                        receiving = Some(Receiving {
+                            spec,
+                            code: Vec::with_capacity(len as usize),
+                            len: len as usize,
+                        });
+                    }
+                }
+            }
+            (Request::CodeChunk(chunk), Some(_)) => {
+                let Some(mut r) = receiving.take() else {
+                    send_error(
+                        &sock,
+                        ErrorCode::UnexpectedMessage,
+                        "no chunked submit is in progress",
+                    )
+                    .await;
+                    continue;
+                };
+                if r.code.len() + chunk.len() > r.len {
+                    send_error(
+                        &sock,
+                        ErrorCode::CodeTooLarge,
+                        "code chunks exceed the announced length",
+                    )
+                    .await;
+                    break;
+                }
+                r.code.extend_from_slice(&chunk);
+                if r.code.len() == r.len {
+                    running = start(&daemon, &sock, &peer, r.spec, r.code).await;
+                } else {
+                    receiving = Some(r);
+                }
+            }
+            (Request::Stdin(data), Some(_)) => {
+                // Stdin, StdinEof and Cancel carry no job id and may cross `Finished` in
+                // flight: with no job to take them they are dropped without a reply, so
+                // that no stray error answers the client's next request.
+                if let Some(Running {
+                    stdin: Some(tx),
+                    stdin_bytes,
+                    ..
+                }) = running.as_mut()
+                {
+                    *stdin_bytes += data.len() as u64;
+                    if *stdin_bytes > MAX_STDIN_BYTES {
+                        send_error(
+                            &sock,
+                            ErrorCode::LimitOutOfRange,
+                            "stdin exceeds 256 MiB; closing the job's stdin",
+                        )
+                        .await;
+                        running.as_mut().map(|r| r.stdin.take());
+                    } else {
+                        let _ = tx.send(data);
+                    }
+                }
+            }
+            (Request::StdinEof, Some(_)) => {
+                if let Some(r) = running.as_mut() {
+                    r.stdin = None;
+                }
+            }
+            (Request::Cancel, Some(_)) => {
+                if let Some(r) = &running {
+                    r.cancel.notify_one();
+                }
+                receiving = None;
+            }
+        }
+    }
+    // Disconnect: the client's job dies with its connection.
+    if let Some(r) = running {
+        r.cancel.notify_one();
+        let _ = r.done.await;
+    }
+}
+
+/// Validate a complete submission and start its job task; on refusal, answer with the
+/// typed error and return `None`.
+async fn start(
+    daemon: &Arc<Daemon>,
+    sock: &Arc<UnixSeqpacket>,
+    peer: &Peer,
+    spec: JobSpec,
+    code: Vec<u8>,
+) -> Option<Running> {
+    let refuse = |code: ErrorCode, msg: String| async move {
+        send_error(sock, code, msg).await;
+        None
+    };
+    let Some(active) = daemon.profiles.get(&spec.profile) else {
+        let known: Vec<_> = daemon.profiles.keys().cloned().collect();
+        return refuse(
+            ErrorCode::UnknownProfile,
+            format!(
+                "no profile {:?} (known: {})",
+                spec.profile,
+                known.join(", ")
+            ),
+        )
+        .await;
+    };
+    if let Some(why) = &active.disabled {
+        return refuse(
+            ErrorCode::ProfileDisabled,
+            format!("profile {:?} cannot be enforced here: {why}", spec.profile),
+        )
+        .await;
+    }
+    let limits = match active.profile.job_limits(&spec.limits) {
+        Ok(l) => l,
+        Err(e) => return refuse(ErrorCode::LimitOutOfRange, e.to_string()).await,
+    };
+    if code.len() as u64 > daemon.config.max_code_bytes {
+        return refuse(
+            ErrorCode::CodeTooLarge,
+            format!(
+                "code of {} bytes exceeds the {}-byte limit",
+                code.len(),
+                daemon.config.max_code_bytes
+            ),
+        )
+        .await;
+    }
+    if let Err(e) = std::str::from_utf8(&code) {
+        return refuse(
+            ErrorCode::InvalidCode,
+            format!("code is not valid UTF-8 ({e})"),
+        )
+        .await;
+    }
+    if spec.args.iter().any(|a| a.contains('\0')) {
+        return refuse(
+            ErrorCode::InvalidCode,
+            "an argument contains a NUL byte".into(),
+        )
+        .await;
+    }
+    if spec.args.iter().map(|a| a.len() + 1).sum::<usize>() > MAX_ARGS_BYTES {
+        return refuse(
+            ErrorCode::CodeTooLarge,
+            format!("arguments exceed {MAX_ARGS_BYTES} bytes"),
+        )
+        .await;
+    }
+    let cancel = Arc::new(Notify::new());
+    let (stdin_tx, stdin_rx) = if spec.stdin {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (Some(tx), Some(rx))
+    } else {
+        (None, None)
+    };
+    let request = JobRequest {
+        profile: spec.profile,
+        args: spec.args,
+        code,
+        limits,
+        uid: peer.uid,
+    };
+    let done = tokio::spawn(job::run(
+        daemon.clone(),
+        sock.clone(),
+        request,
+        stdin_rx,
+        cancel.clone(),
+    ));
+    Some(Running {
+        stdin: stdin_tx,
+        stdin_bytes: 0,
+        cancel,
+        done,
+    })
+}

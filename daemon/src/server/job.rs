@@ -1,0 +1,281 @@
+//! One job from slot to outcome: queue, plan, hand to the spawner, stream output with
+//! caps, forward stdin, honour cancel, and report.
+
+use super::conn::{send, send_error};
+use super::outcome::{self, StreamFacts};
+use super::Daemon;
+use crate::profile::{JobLimits, OutputPolicy};
+use crate::sandbox::plan;
+use crate::spawner::link::{FromSpawner, JobReport, KillCause};
+use nix::fcntl::OFlag;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::{mpsc, Notify};
+use tokio_seqpacket::UnixSeqpacket;
+use tracing::Instrument;
+use vivarium_proto::{ErrorCode, Event, Isolation, LandlockStatus, MAX_PAYLOAD_CHUNK};
+
+pub struct JobRequest {
+    pub profile: String,
+    pub args: Vec<String>,
+    pub code: Vec<u8>,
+    pub limits: JobLimits,
+    pub uid: u32,
+}
+
+pub async fn run(
+    daemon: Arc<Daemon>,
+    sock: Arc<UnixSeqpacket>,
+    req: JobRequest,
+    stdin: Option<mpsc::UnboundedReceiver<Vec<u8>>>,
+    cancel: Arc<Notify>,
+) {
+    let job_id = daemon.next_job.fetch_add(1, Ordering::Relaxed);
+    let span = tracing::info_span!("job", job_id, profile = %req.profile, uid = req.uid);
+    async move {
+        // A slot, or a place in the queue, or Busy.
+        let permit = match daemon.slots.clone().try_acquire_owned() {
+            Ok(p) => p,
+            Err(_) => {
+                let position = daemon.queued.fetch_add(1, Ordering::SeqCst);
+                if position >= daemon.config.max_queued_jobs {
+                    daemon.queued.fetch_sub(1, Ordering::SeqCst);
+                    send_error(&sock, ErrorCode::Busy, format!("all {} job slots and {} queue places are taken; retry later", daemon.config.max_concurrent_jobs, daemon.config.max_queued_jobs)).await;
+                    return;
+                }
+                send(&sock, &Event::Queued { position: position as u32 }).await;
+                let acquired = tokio::select! {
+                    p = daemon.slots.clone().acquire_owned() => p.ok(),
+                    () = cancel.notified() => None,
+                };
+                daemon.queued.fetch_sub(1, Ordering::SeqCst);
+                match acquired {
+                    Some(p) => p,
+                    None => {
+                        send_error(&sock, ErrorCode::ShuttingDown, "cancelled while queued").await;
+                        return;
+                    }
+                }
+            }
+        };
+        match execute(&daemon, &sock, job_id, &req, stdin, &cancel).await {
+            Ok(outcome) => {
+                tracing::info!(reason = ?outcome.reason, exit = ?outcome.exit, wall_ms = outcome.usage.wall_ms, "job finished");
+                send(&sock, &Event::Finished(Box::new(outcome))).await;
+            }
+            Err(msg) => {
+                tracing::error!(error = %msg, "job failed before it started");
+                send_error(&sock, ErrorCode::Internal, msg).await;
+            }
+        }
+        drop(permit);
+    }
+    .instrument(span)
+    .await
+}
+
+fn pipe() -> Result<(OwnedFd, OwnedFd), String> {
+    nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))
+}
+
+/// The script in a sealed memfd: the spawner and the job's init can read it but
+/// nobody can change it.
+fn code_memfd(code: &[u8]) -> Result<OwnedFd, String> {
+    use nix::sys::memfd::{memfd_create, MFdFlags};
+    use std::io::Write;
+    let fd = memfd_create(
+        "vivarium-code",
+        MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING,
+    )
+    .map_err(|e| format!("memfd: {e}"))?;
+    let mut file = std::fs::File::from(fd);
+    file.write_all(code)
+        .map_err(|e| format!("memfd write: {e}"))?;
+    let fd = OwnedFd::from(file);
+    use nix::fcntl::{fcntl, FcntlArg, SealFlag};
+    fcntl(
+        &fd,
+        FcntlArg::F_ADD_SEALS(
+            SealFlag::F_SEAL_SHRINK
+                | SealFlag::F_SEAL_GROW
+                | SealFlag::F_SEAL_WRITE
+                | SealFlag::F_SEAL_SEAL,
+        ),
+    )
+    .map_err(|e| format!("memfd seal: {e}"))?;
+    nix::unistd::lseek(&fd, 0, nix::unistd::Whence::SeekSet)
+        .map_err(|e| format!("memfd seek: {e}"))?;
+    Ok(fd)
+}
+
+fn receiver(fd: OwnedFd) -> Result<tokio::net::unix::pipe::Receiver, String> {
+    tokio::net::unix::pipe::Receiver::from_owned_fd(fd).map_err(|e| format!("pipe: {e}"))
+}
+
+async fn execute(
+    daemon: &Arc<Daemon>,
+    sock: &Arc<UnixSeqpacket>,
+    job_id: u64,
+    req: &JobRequest,
+    stdin: Option<mpsc::UnboundedReceiver<Vec<u8>>>,
+    cancel: &Arc<Notify>,
+) -> Result<vivarium_proto::Outcome, String> {
+    let active = &daemon.profiles[&req.profile];
+    let plan = plan::build(
+        job_id,
+        &active.profile,
+        &req.limits,
+        &req.args,
+        active.seccomp.clone(),
+    );
+    let code = code_memfd(&req.code)?;
+    let (in_r, in_w) = pipe()?;
+    let (out_r, out_w) = pipe()?;
+    let (err_r, err_w) = pipe()?;
+    send(
+        sock,
+        &Event::Started {
+            job_id,
+            profile: req.profile.clone(),
+        },
+    )
+    .await;
+    let mut events = daemon
+        .spawner
+        .spawn(
+            &plan,
+            [code.as_fd(), in_r.as_fd(), out_w.as_fd(), err_w.as_fd()],
+        )
+        .await
+        .map_err(|e| crate::error_chain(&e))?;
+    // The spawner has its copies now; ours would keep the pipes open forever.
+    drop((code, in_r, out_w, err_w));
+
+    let cap = req.limits.output_bytes;
+    let kill_on_cap = active.profile.file.limits.on_output_limit == OutputPolicy::Kill;
+    let over_cap = Arc::new(Notify::new());
+    let out = tokio::spawn(pump(
+        receiver(out_r)?,
+        sock.clone(),
+        true,
+        cap,
+        over_cap.clone(),
+    ));
+    let err = tokio::spawn(pump(
+        receiver(err_r)?,
+        sock.clone(),
+        false,
+        cap,
+        over_cap.clone(),
+    ));
+    let stdin_task = tokio::spawn(feed_stdin(in_w, stdin));
+
+    let mut landlock: Option<LandlockStatus> = None;
+    let mut killed = false;
+    let report: JobReport = loop {
+        tokio::select! {
+            msg = events.recv() => match msg {
+                Some(FromSpawner::Running { landlock: l, .. }) => landlock = Some(l),
+                Some(FromSpawner::Finished { report, .. }) => break *report,
+                Some(_) => {}
+                None => return Err("the spawner went away".into()),
+            },
+            () = cancel.notified(), if !killed => {
+                killed = true;
+                daemon.spawner.kill(job_id, KillCause::Cancelled).await;
+            }
+            () = over_cap.notified(), if !killed && kill_on_cap => {
+                killed = true;
+                daemon.spawner.kill(job_id, KillCause::OutputLimit).await;
+            }
+        }
+    };
+    stdin_task.abort();
+    // Every process of the job is gone, so the pipes reach EOF promptly.
+    let (stdout_bytes, stdout_truncated) = out.await.unwrap_or((0, false));
+    let (stderr_bytes, stderr_truncated) = err.await.unwrap_or((0, false));
+    let streams = StreamFacts {
+        stdout_bytes,
+        stderr_bytes,
+        stdout_truncated,
+        stderr_truncated,
+    };
+    let sec = &active.profile.file.security;
+    let isolation = Isolation {
+        namespaces: ["user", "mount", "pid", "net", "ipc", "uts", "cgroup"]
+            .map(String::from)
+            .to_vec(),
+        uid: plan::SANDBOX_UID,
+        gid: plan::SANDBOX_GID,
+        no_new_privs: report.landlock.is_some(),
+        capabilities_dropped: report.landlock.is_some(),
+        landlock_abi: u32::from(sec.landlock_abi).min(daemon.facts.landlock_abi),
+        landlock: report.landlock.or(landlock),
+        seccomp_filters: if report.landlock.is_some() {
+            active.seccomp_filters
+        } else {
+            0
+        },
+        cgroup: report.cgroup,
+        not_enforced: active.not_enforced.clone(),
+    };
+    Ok(outcome::outcome(
+        job_id,
+        &req.profile,
+        &report,
+        streams,
+        isolation,
+    ))
+}
+
+/// Forward one output stream, at most `cap` bytes; keep draining past the cap so the
+/// job never blocks on a full pipe. Returns (bytes produced, truncated).
+async fn pump(
+    mut pipe: tokio::net::unix::pipe::Receiver,
+    sock: Arc<UnixSeqpacket>,
+    stdout: bool,
+    cap: u64,
+    over_cap: Arc<Notify>,
+) -> (u64, bool) {
+    let mut buf = vec![0u8; MAX_PAYLOAD_CHUNK];
+    let mut total = 0u64;
+    let mut client_gone = false;
+    loop {
+        let n = match pipe.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        let room = cap.saturating_sub(total) as usize;
+        let was_over = total > cap;
+        total += n as u64;
+        if room > 0 && !client_gone {
+            let chunk = buf[..n.min(room)].to_vec();
+            let event = if stdout {
+                Event::Stdout(chunk)
+            } else {
+                Event::Stderr(chunk)
+            };
+            client_gone = !send(&sock, &event).await;
+        }
+        if !was_over && total > cap {
+            over_cap.notify_one();
+        }
+    }
+    (total, total > cap)
+}
+
+async fn feed_stdin(fd: OwnedFd, stdin: Option<mpsc::UnboundedReceiver<Vec<u8>>>) {
+    let Some(mut rx) = stdin else {
+        return; // dropping the write end: the job reads EOF
+    };
+    let Ok(mut pipe) = tokio::net::unix::pipe::Sender::from_owned_fd(fd) else {
+        return;
+    };
+    while let Some(chunk) = rx.recv().await {
+        if pipe.write_all(&chunk).await.is_err() {
+            break;
+        }
+    }
+}

@@ -1,0 +1,215 @@
+//! The unprivileged half of the daemon: the tokio server that parses untrusted client
+//! bytes, queues jobs, streams output, and turns evidence into outcomes. It owns no
+//! privileged step; those are the spawner's.
+
+mod auth;
+pub use auth::resolve_groups;
+mod conn;
+mod job;
+pub mod outcome;
+pub mod spawner_client;
+
+use crate::config::Config;
+use crate::profile::Profile;
+use crate::sandbox::landlock::missing_features;
+use crate::sandbox::seccomp;
+use spawner_client::{HostFacts, SpawnerClient};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, AtomicUsize};
+use std::sync::Arc;
+use tokio::sync::Semaphore;
+use vivarium_proto::{CgroupVersion, ProfileInfo};
+
+/// A profile with what this host can do for it.
+pub struct ActiveProfile {
+    pub profile: Profile,
+    /// Why the profile cannot be enforced here (jobs asking for it are refused).
+    pub disabled: Option<String>,
+    pub seccomp: Vec<Vec<(u16, u8, u8, u32)>>,
+    pub seccomp_filters: u32,
+    pub not_enforced: Vec<String>,
+}
+
+impl ActiveProfile {
+    pub fn info(&self) -> ProfileInfo {
+        ProfileInfo {
+            name: self.profile.name.clone(),
+            description: self.profile.file.description.clone(),
+            disabled: self.disabled.clone(),
+            network: self.profile.file.network.enabled,
+            max: self.profile.max_limits(),
+            not_enforced: self.not_enforced.clone(),
+        }
+    }
+}
+
+/// Decide, once at start, whether this host can enforce `profile` and how.
+pub fn activate(profile: Profile, facts: &HostFacts) -> ActiveProfile {
+    let sec = &profile.file.security;
+    let mut problems = Vec::new();
+    if facts.landlock_abi < u32::from(sec.landlock_min_abi) {
+        problems.push(format!(
+            "needs Landlock ABI {} but the kernel offers {}",
+            sec.landlock_min_abi, facts.landlock_abi
+        ));
+    }
+    for c in &sec.cgroup_controllers {
+        let have = facts.controllers.iter().any(|h| h == c);
+        // On v1, CPU accounting lives in the separate cpuacct controller.
+        let acct = c != "cpu"
+            || facts.cgroup == CgroupVersion::V2
+            || facts.controllers.iter().any(|h| h == "cpuacct");
+        if !have || !acct {
+            problems.push(format!(
+                "needs the {c} cgroup controller, which is not available"
+            ));
+        }
+    }
+    if !profile.file.python.interpreter.is_file() {
+        problems.push(format!(
+            "interpreter {} does not exist",
+            profile.file.python.interpreter.display()
+        ));
+    }
+    let (filters, count) = match seccomp::load(&profile.seccomp_path, profile.file.network.enabled)
+    {
+        Ok(p) => (p.to_wire(), p.filter_count()),
+        Err(e) => {
+            problems.push(format!("seccomp policy: {}", crate::error_chain(&e)));
+            (Vec::new(), 0)
+        }
+    };
+    if count == 0 && problems.is_empty() {
+        problems.push("seccomp policy compiled to no filter".into());
+    }
+    let not_enforced = missing_features(sec.landlock_abi, facts.landlock_abi);
+    ActiveProfile {
+        disabled: (!problems.is_empty()).then(|| problems.join("; ")),
+        profile,
+        seccomp: filters,
+        seccomp_filters: count,
+        not_enforced,
+    }
+}
+
+/// Shared server state.
+pub struct Daemon {
+    pub config: Config,
+    pub profiles: BTreeMap<String, ActiveProfile>,
+    pub facts: HostFacts,
+    pub spawner: SpawnerClient,
+    pub slots: Arc<Semaphore>,
+    pub queued: AtomicUsize,
+    pub next_job: AtomicU64,
+    pub allowed_gids: Vec<u32>,
+    pub own_uid: u32,
+}
+
+impl Daemon {
+    pub fn new(
+        config: Config,
+        profiles: Vec<Profile>,
+        facts: HostFacts,
+        spawner: SpawnerClient,
+        allowed_gids: Vec<u32>,
+    ) -> Self {
+        let profiles = profiles
+            .into_iter()
+            .map(|p| (p.name.clone(), activate(p, &facts)))
+            .collect();
+        Daemon {
+            slots: Arc::new(Semaphore::new(config.max_concurrent_jobs)),
+            config,
+            profiles,
+            facts,
+            spawner,
+            queued: AtomicUsize::new(0),
+            next_job: AtomicU64::new(1),
+            allowed_gids,
+            own_uid: nix::unistd::geteuid().as_raw(),
+        }
+    }
+
+    pub fn enabled_profiles(&self) -> usize {
+        self.profiles
+            .values()
+            .filter(|p| p.disabled.is_none())
+            .count()
+    }
+}
+
+/// Accept connections until `stop` resolves.
+pub async fn serve(
+    daemon: Arc<Daemon>,
+    mut listener: tokio_seqpacket::UnixSeqpacketListener,
+    stop: impl std::future::Future<Output = ()>,
+) {
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            _ = &mut stop => break,
+            accepted = listener.accept() => match accepted {
+                Ok(sock) => {
+                    let daemon = daemon.clone();
+                    tokio::spawn(async move { conn::serve(daemon, sock).await });
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+            }
+        }
+    }
+}
+
+/// Bind the listening socket: parent dir, stale socket removal, mode and group.
+pub fn bind(
+    path: &std::path::Path,
+    mode: u32,
+    group: Option<u32>,
+) -> std::io::Result<tokio_seqpacket::UnixSeqpacketListener> {
+    use std::os::unix::fs::PermissionsExt;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()) => {
+            // A live daemon answers; a stale socket file refuses.
+            let probe = nix::sys::socket::socket(
+                nix::sys::socket::AddressFamily::Unix,
+                nix::sys::socket::SockType::SeqPacket,
+                nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+                None,
+            )?;
+            let addr = nix::sys::socket::UnixAddr::new(path)?;
+            if nix::sys::socket::connect(std::os::fd::AsRawFd::as_raw_fd(&probe), &addr).is_ok() {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::AddrInUse,
+                    format!("another daemon is listening on {}", path.display()),
+                ));
+            }
+            std::fs::remove_file(path)?;
+        }
+        Ok(_) => {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                format!("{} exists and is not a socket", path.display()),
+            ))
+        }
+        Err(_) => {}
+    }
+    let listener = tokio_seqpacket::UnixSeqpacketListener::bind_with_backlog(path, 128)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+    if let Some(gid) = group {
+        nix::unistd::chown(path, None, Some(nix::unistd::Gid::from_raw(gid)))?;
+    }
+    Ok(listener)
+}
+
+/// Socket path precedence: flag, `VIVARIUM_SOCKET`, config, default.
+pub fn socket_path(flag: Option<PathBuf>, config: &Config, root: bool) -> PathBuf {
+    flag.or_else(|| std::env::var_os("VIVARIUM_SOCKET").map(PathBuf::from))
+        .or_else(|| config.socket.clone())
+        .unwrap_or_else(|| crate::spawner::default_state_dir(root).join("vivariumd.sock"))
+}

@@ -1,0 +1,177 @@
+//! The server's end of the spawner link: start the spawner process (before the tokio
+//! runtime exists, so the multi-threaded process is never forked), then route its
+//! messages to the job that each one is about.
+
+use crate::sandbox::plan::JobPlan;
+use crate::spawner::link::{
+    self, FromSpawner, KillCause, SpawnerConfig, ToSpawner, MAX_LINK_FRAME, SPAWNER_ARG,
+};
+use std::collections::HashMap;
+use std::io::IoSlice;
+use std::os::fd::{BorrowedFd, OwnedFd};
+use std::sync::{Arc, Mutex};
+use tokio::sync::mpsc;
+use tokio_seqpacket::ancillary::AncillaryMessageWriter;
+use tokio_seqpacket::UnixSeqpacket;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SpawnerError {
+    #[error("cannot start the spawner")]
+    Start(#[source] std::io::Error),
+    #[error("spawner link failed")]
+    Link(#[source] std::io::Error),
+    #[error("spawner setup failed: {0}")]
+    Init(String),
+    #[error("spawner sent an unexpected message")]
+    Unexpected,
+}
+
+/// A started spawner whose link is not yet attached to a runtime.
+pub struct Unattached {
+    link: OwnedFd,
+    pub child: std::process::Child,
+}
+
+/// Start `vivariumd __spawner` with its end of a socketpair on fd 3.
+pub fn start() -> Result<Unattached, SpawnerError> {
+    use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+    let (ours, theirs) = socketpair(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )
+    .map_err(|e| SpawnerError::Start(e.into()))?;
+    let exe = std::fs::read_link("/proc/self/exe").map_err(SpawnerError::Start)?;
+    let child =
+        crate::sys::spawn_with_fd3(&exe, &[SPAWNER_ARG], theirs).map_err(SpawnerError::Start)?;
+    Ok(Unattached { link: ours, child })
+}
+
+type Routes = Arc<Mutex<HashMap<u64, mpsc::UnboundedSender<FromSpawner>>>>;
+
+pub struct SpawnerClient {
+    sock: Arc<UnixSeqpacket>,
+    routes: Routes,
+}
+
+/// What the spawner found on this host.
+#[derive(Debug, Clone)]
+pub struct HostFacts {
+    pub cgroup: vivarium_proto::CgroupVersion,
+    pub controllers: Vec<String>,
+    pub landlock_abi: u32,
+}
+
+impl SpawnerClient {
+    /// Attach to the runtime, send `Init`, wait for `Ready`, start routing.
+    pub async fn attach(
+        un: Unattached,
+        config: SpawnerConfig,
+    ) -> Result<(Self, HostFacts, std::process::Child), SpawnerError> {
+        // tokio needs a non-blocking fd: a blocking recv would park a worker thread
+        // (and with it any task woken onto that worker's queue).
+        nix::fcntl::fcntl(
+            &un.link,
+            nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+        )
+        .map_err(|e| SpawnerError::Link(e.into()))?;
+        let sock = UnixSeqpacket::try_from(un.link).map_err(SpawnerError::Link)?;
+        sock.send(&link::encode(&ToSpawner::Init(config)))
+            .await
+            .map_err(SpawnerError::Link)?;
+        let mut buf = vec![0u8; MAX_LINK_FRAME + 1];
+        let n = sock.recv(&mut buf).await.map_err(SpawnerError::Link)?;
+        let facts = match link::decode::<FromSpawner>(&buf[..n]) {
+            Some(FromSpawner::Ready {
+                cgroup,
+                controllers,
+                landlock_abi,
+            }) => HostFacts {
+                cgroup,
+                controllers,
+                landlock_abi,
+            },
+            Some(FromSpawner::InitFailed(why)) => return Err(SpawnerError::Init(why)),
+            _ if n == 0 => return Err(SpawnerError::Init("spawner exited during setup".into())),
+            _ => return Err(SpawnerError::Unexpected),
+        };
+        let sock = Arc::new(sock);
+        let routes: Routes = Arc::default();
+        tokio::spawn(route(sock.clone(), routes.clone()));
+        Ok((SpawnerClient { sock, routes }, facts, un.child))
+    }
+
+    /// Send a job to the spawner with its four fds; its messages arrive on the
+    /// returned channel, ending with `Finished`.
+    pub async fn spawn(
+        &self,
+        plan: &JobPlan,
+        fds: [BorrowedFd<'_>; 4],
+    ) -> Result<mpsc::UnboundedReceiver<FromSpawner>, SpawnerError> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.routes
+            .lock()
+            .expect("routes lock")
+            .insert(plan.job_id, tx);
+        let frame = link::encode(&ToSpawner::Spawn(Box::new(plan.clone())));
+        let mut space = [0u8; 256];
+        let mut anc = AncillaryMessageWriter::new(&mut space);
+        anc.add_fds(&fds)
+            .map_err(|_| SpawnerError::Link(std::io::Error::other("ancillary buffer too small")))?;
+        let sent = self
+            .sock
+            .send_vectored_with_ancillary(&[IoSlice::new(&frame)], &mut anc)
+            .await;
+        if let Err(e) = sent {
+            self.routes
+                .lock()
+                .expect("routes lock")
+                .remove(&plan.job_id);
+            return Err(SpawnerError::Link(e));
+        }
+        Ok(rx)
+    }
+
+    pub async fn kill(&self, job_id: u64, cause: KillCause) {
+        let _ = self
+            .sock
+            .send(&link::encode(&ToSpawner::Kill { job_id, cause }))
+            .await;
+    }
+
+    pub async fn shutdown(&self) {
+        let _ = self.sock.send(&link::encode(&ToSpawner::Shutdown)).await;
+    }
+}
+
+async fn route(sock: Arc<UnixSeqpacket>, routes: Routes) {
+    let mut buf = vec![0u8; MAX_LINK_FRAME + 1];
+    loop {
+        let n = match sock.recv(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        let Some(msg) = link::decode::<FromSpawner>(&buf[..n]) else {
+            tracing::error!("undecodable message from the spawner");
+            continue;
+        };
+        let (job_id, last) = match &msg {
+            FromSpawner::Running { job_id, .. } => (*job_id, false),
+            FromSpawner::Finished { job_id, .. } => (*job_id, true),
+            _ => continue,
+        };
+        let mut routes = routes.lock().expect("routes lock");
+        let tx = if last {
+            routes.remove(&job_id)
+        } else {
+            routes.get(&job_id).cloned()
+        };
+        if let Some(tx) = tx {
+            let _ = tx.send(msg);
+        }
+    }
+    tracing::error!("spawner link closed");
+    // Dropping every sender tells every waiting job that the spawner is gone.
+    routes.lock().expect("routes lock").clear();
+}

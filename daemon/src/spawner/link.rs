@@ -1,0 +1,99 @@
+//! The typed protocol between the server and the privileged spawner, over a
+//! SOCK_SEQPACKET socketpair. `Spawn` carries four fds by SCM_RIGHTS: the sealed code
+//! memfd and the job's stdin, stdout and stderr pipe ends.
+
+use crate::sandbox::plan::JobPlan;
+use crate::sandbox::report::{Failure, WaitStatus};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use vivarium_proto::{CgroupVersion, LandlockStatus};
+
+/// The spawner is started as `vivariumd <SPAWNER_ARG>` with the link on this fd.
+pub const SPAWNER_ARG: &str = "__spawner";
+pub const LINK_FD: i32 = 3;
+/// Link frames are small: plans carry no code (that travels in a memfd).
+pub const MAX_LINK_FRAME: usize = 256 * 1024;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SpawnerConfig {
+    pub state_dir: PathBuf,
+    pub cgroup_subtree: String,
+    pub id_base: u32,
+    pub max_jobs: u32,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum ToSpawner {
+    /// First message: set up the cgroup tree and report `Ready`.
+    Init(SpawnerConfig),
+    /// Start a job (with 4 fds attached).
+    Spawn(Box<JobPlan>),
+    /// Kill a job; `Finished` follows.
+    Kill { job_id: u64, cause: KillCause },
+    /// Kill every job, clean up, exit.
+    Shutdown,
+}
+
+/// Why the spawner killed a job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum KillCause {
+    Timeout,
+    CpuLimit,
+    OutputLimit,
+    Cancelled,
+    Shutdown,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum FromSpawner {
+    Ready {
+        cgroup: CgroupVersion,
+        controllers: Vec<String>,
+        landlock_abi: u32,
+    },
+    InitFailed(String),
+    /// The payload exec'd the interpreter.
+    Running {
+        job_id: u64,
+        landlock: LandlockStatus,
+    },
+    Finished {
+        job_id: u64,
+        report: Box<JobReport>,
+    },
+}
+
+/// What the spawner knows about an ended job: evidence, not conclusions (the server
+/// turns it into an `Outcome`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobReport {
+    /// The payload's wait status, if init saw it end.
+    pub exit: Option<WaitStatus>,
+    /// A sandbox step that failed; the code never ran.
+    pub failure: Option<Failure>,
+    pub killed: Option<KillCause>,
+    pub landlock: Option<LandlockStatus>,
+    pub wall_ms: u64,
+    pub cpu_ms: u64,
+    pub peak_memory_bytes: u64,
+    pub oom_kills: u64,
+    pub pids_limit_hits: u64,
+    pub memory_limit_hits: u64,
+    pub disk_full: bool,
+    pub cgroup: Option<CgroupVersion>,
+}
+
+fn config() -> impl bincode::config::Config {
+    bincode::config::standard().with_limit::<MAX_LINK_FRAME>()
+}
+
+pub fn encode<T: Serialize>(msg: &T) -> Vec<u8> {
+    bincode::serde::encode_to_vec(msg, config()).expect("link messages always encode")
+}
+
+pub fn decode<T: serde::de::DeserializeOwned>(buf: &[u8]) -> Option<T> {
+    match bincode::serde::decode_from_slice(buf, config()) {
+        Ok((msg, used)) if used == buf.len() => Some(msg),
+        _ => None,
+    }
+}

@@ -1,0 +1,530 @@
+//! The privileged spawner: the daemon's own binary re-executed before the tokio runtime
+//! starts, single-threaded and blocking. It owns every privileged step: cgroups,
+//! clone3 into new namespaces, uid/gid maps, kills, reaping, cgroup statistics.
+//!
+//! One `poll` loop serves the link to the server, every job's pidfd and status pipe,
+//! and the deadlines (wall clock, and CPU time sampled from the job's cgroup).
+
+pub mod link;
+
+use crate::cgroup::{Cgroups, JobCgroup, Limits, Version};
+use crate::sandbox::init::{self, InitArgs, InitFds, Prepared};
+use crate::sandbox::plan::{JobPlan, SANDBOX_GID, SANDBOX_UID};
+use crate::sandbox::report::{decode_all, Failure, InitMsg};
+use crate::sys;
+use link::{FromSpawner, JobReport, KillCause, SpawnerConfig, ToSpawner, LINK_FD, MAX_LINK_FRAME};
+use nix::fcntl::OFlag;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::socket::{recvmsg, send, ControlMessageOwned, MsgFlags};
+use nix::unistd::Pid;
+use std::io::{IoSliceMut, Read, Write};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use vivarium_proto::CgroupVersion;
+
+/// How often CPU usage is sampled for jobs with a CPU limit.
+const CPU_SAMPLE: Duration = Duration::from_millis(50);
+
+struct Job {
+    id: u64,
+    pid: Pid,
+    pidfd: OwnedFd,
+    status: std::fs::File,
+    buf: Vec<u8>,
+    cgroup: Option<JobCgroup>,
+    slot: u32,
+    started: Instant,
+    deadline: Instant,
+    cpu_limit_ns: u64,
+    report: JobReport,
+}
+
+struct Spawner {
+    link: OwnedFd,
+    config: SpawnerConfig,
+    cgroups: Cgroups,
+    landlock_abi: u32,
+    jobs: Vec<Job>,
+    free_slots: Vec<u32>,
+}
+
+/// Entry point of `vivariumd __spawner`. The link socket is fd 3.
+pub fn main() -> ! {
+    // SAFETY: the daemon passes the link socket as fd 3 and nothing else owns it.
+    #[allow(unsafe_code)]
+    let link = unsafe { OwnedFd::from_raw_fd(LINK_FD) };
+    // If the server dies, so do we (and with us, through their own death signal, the
+    // jobs' inits).
+    let _ = sys::set_parent_death_signal(libc::SIGKILL);
+    let code = match run(link) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("vivariumd spawner: {e}");
+            1
+        }
+    };
+    sys::exit_now(code)
+}
+
+fn send_msg(link: &OwnedFd, msg: &FromSpawner) -> std::io::Result<()> {
+    send(link.as_raw_fd(), &link::encode(msg), MsgFlags::empty())?;
+    Ok(())
+}
+
+/// Receive one link frame and any fds attached to it. `Ok(None)` on EOF.
+fn recv_msg(link: &OwnedFd) -> std::io::Result<Option<(ToSpawner, Vec<OwnedFd>)>> {
+    let mut buf = vec![0u8; MAX_LINK_FRAME + 1];
+    let mut cmsg = nix::cmsg_space!([RawFd; 8]);
+    let mut iov = [IoSliceMut::new(&mut buf)];
+    let msg = recvmsg::<()>(
+        link.as_raw_fd(),
+        &mut iov,
+        Some(&mut cmsg),
+        MsgFlags::MSG_CMSG_CLOEXEC,
+    )?;
+    let mut fds = Vec::new();
+    for c in msg.cmsgs()? {
+        if let ControlMessageOwned::ScmRights(raw) = c {
+            // SAFETY: SCM_RIGHTS gave us fresh fds that nothing else owns.
+            #[allow(unsafe_code)]
+            fds.extend(
+                raw.into_iter()
+                    .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
+            );
+        }
+    }
+    let len = msg.bytes;
+    if len == 0 {
+        return Ok(None);
+    }
+    let Some(decoded) = link::decode::<ToSpawner>(&buf[..len.min(MAX_LINK_FRAME)]) else {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "bad link frame",
+        ));
+    };
+    Ok(Some((decoded, fds)))
+}
+
+fn run(link: OwnedFd) -> Result<(), String> {
+    let config = match recv_msg(&link).map_err(|e| e.to_string())? {
+        Some((ToSpawner::Init(c), _)) => c,
+        _ => return Err("expected Init on the link".into()),
+    };
+    let setup = || -> Result<Cgroups, String> {
+        let cgroups = Cgroups::detect(&config.cgroup_subtree).map_err(|e| error_chain(&e))?;
+        cgroups.setup().map_err(|e| error_chain(&e))?;
+        cgroups.reap_stale().map_err(|e| error_chain(&e))?;
+        if cgroups.version() == Version::V1 {
+            cgroups.enter_home().map_err(|e| error_chain(&e))?;
+        }
+        std::fs::create_dir_all(config.state_dir.join("root")).map_err(|e| e.to_string())?;
+        Ok(cgroups)
+    };
+    let cgroups = match setup() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = send_msg(&link, &FromSpawner::InitFailed(e.clone()));
+            return Err(e);
+        }
+    };
+    let landlock_abi = sys::landlock_abi();
+    send_msg(
+        &link,
+        &FromSpawner::Ready {
+            cgroup: wire_version(cgroups.version()),
+            controllers: cgroups
+                .controllers()
+                .iter()
+                .map(|c| format!("{c:?}").to_lowercase())
+                .collect(),
+            landlock_abi,
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    let mut spawner = Spawner {
+        link,
+        free_slots: (0..config.max_jobs).rev().collect(),
+        config,
+        cgroups,
+        landlock_abi,
+        jobs: Vec::new(),
+    };
+    spawner.serve()
+}
+
+fn wire_version(v: Version) -> CgroupVersion {
+    match v {
+        Version::V1 => CgroupVersion::V1,
+        Version::V2 => CgroupVersion::V2,
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
+impl Spawner {
+    fn serve(&mut self) -> Result<(), String> {
+        loop {
+            let now = Instant::now();
+            let mut timeout = self
+                .jobs
+                .iter()
+                .map(|j| j.deadline.saturating_duration_since(now))
+                .min()
+                .unwrap_or(Duration::from_secs(3600));
+            if self
+                .jobs
+                .iter()
+                .any(|j| j.cpu_limit_ns > 0 && j.cgroup.is_some())
+            {
+                timeout = timeout.min(CPU_SAMPLE);
+            }
+            let mut fds = vec![PollFd::new(self.link.as_fd(), PollFlags::POLLIN)];
+            for job in &self.jobs {
+                fds.push(PollFd::new(job.pidfd.as_fd(), PollFlags::POLLIN));
+                fds.push(PollFd::new(job.status.as_fd(), PollFlags::POLLIN));
+            }
+            let ms = timeout.as_millis().min(60_000) as u16;
+            match poll(&mut fds, PollTimeout::from(ms.max(1))) {
+                Ok(_) | Err(nix::Error::EINTR) => {}
+                Err(e) => return Err(format!("poll: {e}")),
+            }
+            let ready: Vec<bool> = fds
+                .iter()
+                .map(|f| f.revents().is_some_and(|r| !r.is_empty()))
+                .collect();
+            drop(fds);
+            for (i, job) in self.jobs.iter_mut().enumerate() {
+                if ready[2 + 2 * i] {
+                    drain_status(job, false, &self.link);
+                }
+            }
+            let mut exited: Vec<usize> =
+                (0..self.jobs.len()).filter(|&i| ready[1 + 2 * i]).collect();
+            exited.reverse();
+            for i in exited {
+                let job = self.jobs.swap_remove(i);
+                self.finish(job);
+            }
+            self.enforce_deadlines();
+            if ready[0] {
+                match recv_msg(&self.link) {
+                    Ok(Some((msg, fds))) => {
+                        if !self.handle(msg, fds) {
+                            return Ok(());
+                        }
+                    }
+                    Ok(None) => {
+                        self.shutdown();
+                        return Ok(());
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::InvalidData => continue,
+                    Err(e) => return Err(format!("link: {e}")),
+                }
+            }
+        }
+    }
+
+    /// Returns false when the spawner should exit.
+    fn handle(&mut self, msg: ToSpawner, fds: Vec<OwnedFd>) -> bool {
+        match msg {
+            ToSpawner::Spawn(plan) => {
+                let id = plan.job_id;
+                if let Err(failure) = self.spawn(*plan, fds) {
+                    let report = JobReport {
+                        failure: Some(failure),
+                        cgroup: Some(wire_version(self.cgroups.version())),
+                        ..Default::default()
+                    };
+                    let _ = send_msg(
+                        &self.link,
+                        &FromSpawner::Finished {
+                            job_id: id,
+                            report: Box::new(report),
+                        },
+                    );
+                }
+            }
+            ToSpawner::Kill { job_id, cause } => {
+                if let Some(job) = self.jobs.iter_mut().find(|j| j.id == job_id) {
+                    kill(job, cause);
+                }
+            }
+            ToSpawner::Shutdown => {
+                self.shutdown();
+                return false;
+            }
+            ToSpawner::Init(_) => {}
+        }
+        true
+    }
+
+    fn enforce_deadlines(&mut self) {
+        let now = Instant::now();
+        for job in &mut self.jobs {
+            if job.report.killed.is_some() {
+                continue;
+            }
+            if now >= job.deadline {
+                kill(job, KillCause::Timeout);
+                continue;
+            }
+            if job.cpu_limit_ns > 0 {
+                if let Some(cg) = &job.cgroup {
+                    if cg.cpu_usage_ns().unwrap_or(0) >= job.cpu_limit_ns {
+                        kill(job, KillCause::CpuLimit);
+                    }
+                }
+            }
+        }
+    }
+
+    fn shutdown(&mut self) {
+        for job in &mut self.jobs {
+            kill(job, KillCause::Shutdown);
+        }
+        while let Some(job) = self.jobs.pop() {
+            self.finish(job);
+        }
+    }
+
+    /// Build and start one job. On error nothing of the job is left behind.
+    fn spawn(&mut self, plan: JobPlan, fds: Vec<OwnedFd>) -> Result<(), Failure> {
+        let fail = |step: &str, detail: String| Failure {
+            step: step.into(),
+            detail,
+            errno: 0,
+        };
+        let [code, stdin, stdout, stderr]: [OwnedFd; 4] = fds
+            .try_into()
+            .map_err(|_| fail("link", "spawn needs exactly 4 fds".into()))?;
+        let prepared = Prepared::new(&plan).map_err(|e| fail("prepare", e.to_string()))?;
+        let slot = self
+            .free_slots
+            .pop()
+            .ok_or_else(|| fail("slot", "no free id slot".into()))?;
+        let limits = Limits {
+            memory_bytes: plan.cgroup.memory_bytes,
+            pids: plan.cgroup.pids,
+            cpu_quota_us: plan.cgroup.cpu_quota_us,
+            cpu_period_us: plan.cgroup.cpu_period_us,
+        };
+        let cgroup = match self
+            .cgroups
+            .create_job(&format!("job-{}", plan.job_id), &limits)
+        {
+            Ok(c) => c,
+            Err(e) => {
+                self.free_slots.push(slot);
+                return Err(fail("cgroup", error_chain(&e)));
+            }
+        };
+        let result = self.clone_job(
+            &plan,
+            &prepared,
+            &cgroup,
+            slot,
+            [code, stdin, stdout, stderr],
+        );
+        match result {
+            Ok((pid, pidfd, status)) => {
+                let now = Instant::now();
+                self.jobs.push(Job {
+                    id: plan.job_id,
+                    pid,
+                    pidfd,
+                    status,
+                    buf: Vec::new(),
+                    cgroup: Some(cgroup),
+                    slot,
+                    started: now,
+                    deadline: now + Duration::from_millis(plan.wall_ms),
+                    cpu_limit_ns: plan.cpu_ms.saturating_mul(1_000_000),
+                    report: JobReport {
+                        cgroup: Some(wire_version(self.cgroups.version())),
+                        ..Default::default()
+                    },
+                });
+                Ok(())
+            }
+            Err(f) => {
+                let _ = cgroup.kill_all();
+                let _ = cgroup.remove();
+                self.free_slots.push(slot);
+                Err(f)
+            }
+        }
+    }
+
+    fn clone_job(
+        &self,
+        plan: &JobPlan,
+        prepared: &Prepared,
+        cgroup: &JobCgroup,
+        slot: u32,
+        [code, stdin, stdout, stderr]: [OwnedFd; 4],
+    ) -> Result<(Pid, OwnedFd, std::fs::File), Failure> {
+        let os = |step: &str, e: std::io::Error| Failure {
+            step: step.into(),
+            detail: e.to_string(),
+            errno: e.raw_os_error().unwrap_or(0),
+        };
+        let (sync_r, sync_w) =
+            nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| os("pipe", e.into()))?;
+        let (status_r, status_w) =
+            nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| os("pipe", e.into()))?;
+        let v1 = self.cgroups.version() == Version::V1;
+        if v1 {
+            // ~0.1 ms for a single-threaded process moving itself, against 10-17 ms for
+            // a parent writing the child's pid (performance.md).
+            cgroup.enter_self().map_err(|e| Failure {
+                step: "cgroup-attach".into(),
+                detail: error_chain(&e),
+                errno: 0,
+            })?;
+        }
+        let flags = libc::CLONE_NEWUSER
+            | libc::CLONE_NEWNS
+            | libc::CLONE_NEWPID
+            | libc::CLONE_NEWNET
+            | libc::CLONE_NEWIPC
+            | libc::CLONE_NEWUTS
+            | libc::CLONE_NEWCGROUP;
+        let forked = sys::clone3(flags, cgroup.dir_fd());
+        if v1 {
+            let _ = self.cgroups.enter_home();
+        }
+        let (pid, pidfd) = match forked.map_err(|e| os("clone3", e))? {
+            sys::Forked::Child => init::run(InitArgs {
+                plan,
+                prepared,
+                new_root: self.config.state_dir.join("root"),
+                kernel_landlock_abi: self.landlock_abi,
+                fds: InitFds {
+                    sync: sync_r,
+                    status: status_w,
+                    code,
+                    stdin,
+                    stdout,
+                    stderr,
+                },
+            }),
+            sys::Forked::Parent { pid, pidfd } => (Pid::from_raw(pid), pidfd),
+        };
+        drop((sync_r, status_w, code, stdin, stdout, stderr));
+        let write_maps = || -> std::io::Result<()> {
+            let host = self.config.id_base + 2 * slot;
+            let uid_map = format!("0 {host} 1\n{SANDBOX_UID} {} 1\n", host + 1);
+            let gid_map = format!("0 {host} 1\n{SANDBOX_GID} {} 1\n", host + 1);
+            std::fs::write(format!("/proc/{pid}/uid_map"), uid_map)?;
+            std::fs::write(format!("/proc/{pid}/gid_map"), gid_map)?;
+            std::fs::File::from(sync_w).write_all(&[1])
+        };
+        if let Err(e) = write_maps() {
+            let _ = sys::pidfd_send_signal(pidfd.as_fd(), libc::SIGKILL);
+            let _ = nix::sys::wait::waitpid(pid, None);
+            return Err(os("uid_map", e));
+        }
+        nix::fcntl::fcntl(&status_r, nix::fcntl::FcntlArg::F_SETFL(OFlag::O_NONBLOCK))
+            .map_err(|e| os("fcntl", e.into()))?;
+        Ok((pid, pidfd, std::fs::File::from(status_r)))
+    }
+
+    /// The job's init has exited: reap it, collect evidence, remove its cgroup, report.
+    fn finish(&mut self, mut job: Job) {
+        let _ = nix::sys::wait::waitpid(job.pid, None);
+        drain_status(&mut job, true, &self.link);
+        job.report.wall_ms = job.started.elapsed().as_millis() as u64;
+        if let Some(cg) = job.cgroup.take() {
+            // The pid namespace is gone with its init; this is belt and braces.
+            let _ = cg.kill_all();
+            if let Ok(stats) = cg.stats() {
+                job.report.cpu_ms = stats.cpu_usage_ns / 1_000_000;
+                job.report.peak_memory_bytes = stats.peak_memory_bytes;
+                job.report.oom_kills = stats.oom_kills;
+                job.report.pids_limit_hits = stats.pids_limit_hits;
+                job.report.memory_limit_hits = stats.memory_limit_hits;
+            }
+            if let Err(e) = cg.remove() {
+                eprintln!(
+                    "vivariumd spawner: job {}: cgroup removal: {}",
+                    job.id,
+                    error_chain(&e)
+                );
+            }
+        }
+        self.free_slots.push(job.slot);
+        let _ = send_msg(
+            &self.link,
+            &FromSpawner::Finished {
+                job_id: job.id,
+                report: Box::new(job.report),
+            },
+        );
+    }
+}
+
+fn kill(job: &mut Job, cause: KillCause) {
+    if job.report.killed.is_none() {
+        job.report.killed = Some(cause);
+    }
+    // SIGKILL to the job's init tears down its whole pid namespace.
+    let _ = sys::pidfd_send_signal(job.pidfd.as_fd(), libc::SIGKILL);
+}
+
+/// Read what init has written. `to_eof` after init has exited.
+fn drain_status(job: &mut Job, to_eof: bool, link: &OwnedFd) {
+    let mut chunk = [0u8; 4096];
+    loop {
+        match job.status.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => job.buf.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        }
+        if !to_eof && job.buf.len() > 64 * 1024 {
+            break;
+        }
+    }
+    for msg in decode_all::<InitMsg>(&mut job.buf) {
+        match msg {
+            InitMsg::Running { landlock } => {
+                job.report.landlock = Some(landlock);
+                let _ = send_msg(
+                    link,
+                    &FromSpawner::Running {
+                        job_id: job.id,
+                        landlock,
+                    },
+                );
+            }
+            InitMsg::Failed(f) => job.report.failure = Some(f),
+            InitMsg::Exited { status, disk_full } => {
+                job.report.exit = Some(status);
+                job.report.disk_full = disk_full;
+            }
+        }
+    }
+}
+
+/// Where the spawner lives by default.
+pub fn default_state_dir(root: bool) -> PathBuf {
+    if root {
+        PathBuf::from("/run/vivarium")
+    } else {
+        std::env::var_os("XDG_RUNTIME_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(format!("/run/user/{}", nix::unistd::geteuid())))
+            .join("vivarium")
+    }
+}

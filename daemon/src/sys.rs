@@ -1,0 +1,286 @@
+//! The raw syscalls that no crate wraps (clone3, pidfd_send_signal, close_range,
+//! SO_PEERGROUPS, a few prctls). Every other module is `deny(unsafe_code)`.
+#![allow(unsafe_code)]
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+
+/// `struct clone_args` from `linux/sched.h` (version 2, 88 bytes).
+#[repr(C)]
+#[derive(Default)]
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+    set_tid: u64,
+    set_tid_size: u64,
+    cgroup: u64,
+}
+
+/// What `clone3` returned in the caller.
+pub enum Forked {
+    /// We are the new process.
+    Child,
+    /// We are the parent; the child's pid and a pidfd for it.
+    Parent { pid: libc::pid_t, pidfd: OwnedFd },
+}
+
+/// `clone3` without `CLONE_VM`: fork semantics (the child gets a copy of the address
+/// space and continues from here) plus namespace flags, a pidfd, and optionally
+/// `CLONE_INTO_CGROUP`.
+///
+/// The caller must be single-threaded (the spawner is), so that the child does not
+/// inherit locks held by threads that do not exist in it.
+pub fn clone3(namespaces: libc::c_int, cgroup: Option<BorrowedFd<'_>>) -> io::Result<Forked> {
+    let mut pidfd: RawFd = -1;
+    let mut args = CloneArgs {
+        flags: (namespaces as u64) | libc::CLONE_PIDFD as u64,
+        pidfd: &mut pidfd as *mut RawFd as u64,
+        exit_signal: libc::SIGCHLD as u64,
+        ..Default::default()
+    };
+    if let Some(fd) = cgroup {
+        args.flags |= 0x200000000; // CLONE_INTO_CGROUP (linux 5.7)
+        args.cgroup = fd.as_raw_fd() as u64;
+    }
+    // SAFETY: `args` is a valid, fully initialised clone_args whose pidfd pointer refers
+    // to a live local; without CLONE_VM or a stack the child runs on a copy of our
+    // address space, exactly like fork(2).
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            &mut args as *mut CloneArgs,
+            std::mem::size_of::<CloneArgs>(),
+        )
+    };
+    match ret {
+        -1 => Err(io::Error::last_os_error()),
+        0 => Ok(Forked::Child),
+        pid => Ok(Forked::Parent {
+            pid: pid as libc::pid_t,
+            // SAFETY: CLONE_PIDFD stored a fresh fd that nothing else owns.
+            pidfd: unsafe { OwnedFd::from_raw_fd(pidfd) },
+        }),
+    }
+}
+
+/// Send a signal through a pidfd (no pid-reuse race).
+pub fn pidfd_send_signal(pidfd: BorrowedFd<'_>, sig: libc::c_int) -> io::Result<()> {
+    // SAFETY: a valid pidfd, a null siginfo and zero flags are what the syscall accepts.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            sig,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
+    };
+    if ret == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Mark every fd from `first` up as close-on-exec (linux 5.11 `CLOSE_RANGE_CLOEXEC`):
+/// they stay usable until execve and are gone after it.
+pub fn cloexec_from(first: u32) -> io::Result<()> {
+    const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+    // SAFETY: close_range only changes fd flags; no memory is touched.
+    let ret = unsafe { libc::syscall(libc::SYS_close_range, first, u32::MAX, CLOSE_RANGE_CLOEXEC) };
+    if ret == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The supplementary groups of a unix socket's peer (`SO_PEERGROUPS`, linux 4.13).
+pub fn peer_groups(sock: BorrowedFd<'_>) -> io::Result<Vec<libc::gid_t>> {
+    let mut groups: Vec<libc::gid_t> = vec![0; 64];
+    loop {
+        let mut len = (groups.len() * std::mem::size_of::<libc::gid_t>()) as libc::socklen_t;
+        // SAFETY: `groups` is a live buffer of exactly `len` bytes.
+        let ret = unsafe {
+            libc::getsockopt(
+                sock.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_PEERGROUPS,
+                groups.as_mut_ptr().cast(),
+                &mut len,
+            )
+        };
+        let count = len as usize / std::mem::size_of::<libc::gid_t>();
+        if ret == 0 {
+            groups.truncate(count);
+            return Ok(groups);
+        }
+        let err = io::Error::last_os_error();
+        if err.raw_os_error() == Some(libc::ERANGE) && count > groups.len() {
+            groups.resize(count, 0);
+            continue;
+        }
+        return Err(err);
+    }
+}
+
+fn prctl(option: libc::c_int, arg: libc::c_ulong) -> io::Result<()> {
+    // SAFETY: the prctl options used here take integer arguments only.
+    let ret = unsafe {
+        libc::prctl(
+            option,
+            arg,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+        )
+    };
+    if ret == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Ask the kernel to send `sig` to us when our parent dies.
+pub fn set_parent_death_signal(sig: libc::c_int) -> io::Result<()> {
+    prctl(libc::PR_SET_PDEATHSIG, sig as libc::c_ulong)
+}
+
+pub fn set_no_new_privs() -> io::Result<()> {
+    prctl(libc::PR_SET_NO_NEW_PRIVS, 1)
+}
+
+/// Lock the securebits so that uid 0 inside never regains capabilities (NOROOT), no
+/// capability survives a uid change (KEEP_CAPS off, locked) and ambient capabilities
+/// cannot be raised. NO_SETUID_FIXUP stays off so setresuid clears the permitted set.
+pub fn lock_securebits() -> io::Result<()> {
+    const SECBIT_NOROOT: libc::c_ulong = 1 << 0;
+    const SECBIT_NOROOT_LOCKED: libc::c_ulong = 1 << 1;
+    const SECBIT_NO_SETUID_FIXUP_LOCKED: libc::c_ulong = 1 << 3;
+    const SECBIT_KEEP_CAPS_LOCKED: libc::c_ulong = 1 << 5;
+    const SECBIT_NO_CAP_AMBIENT_RAISE: libc::c_ulong = 1 << 6;
+    const SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED: libc::c_ulong = 1 << 7;
+    prctl(
+        libc::PR_SET_SECUREBITS,
+        SECBIT_NOROOT
+            | SECBIT_NOROOT_LOCKED
+            | SECBIT_NO_SETUID_FIXUP_LOCKED
+            | SECBIT_KEEP_CAPS_LOCKED
+            | SECBIT_NO_CAP_AMBIENT_RAISE
+            | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED,
+    )
+}
+
+/// Exit immediately without running atexit handlers or flushing stdio buffers that
+/// belong to the parent's copy of the address space.
+pub fn exit_now(code: i32) -> ! {
+    // SAFETY: _exit never returns and touches no Rust state.
+    unsafe { libc::_exit(code) }
+}
+
+/// Duplicate `fd` onto `target` (dup2), clearing close-on-exec on the copy.
+pub fn dup_onto(fd: BorrowedFd<'_>, target: RawFd) -> io::Result<()> {
+    if fd.as_raw_fd() == target {
+        // dup2 would be a no-op and leave FD_CLOEXEC as it is: clear it explicitly.
+        let flags = nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_GETFD)?;
+        let mut flags = nix::fcntl::FdFlag::from_bits_truncate(flags);
+        flags.remove(nix::fcntl::FdFlag::FD_CLOEXEC);
+        nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_SETFD(flags))?;
+        return Ok(());
+    }
+    // SAFETY: dup2 onto a fixed fd number; both are plain integers and the kernel
+    // closes whatever `target` was atomically.
+    let ret = unsafe { libc::dup2(fd.as_raw_fd(), target) };
+    if ret == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// execve with prepared, NUL-terminated argv and envp. Returns only on failure.
+pub fn execve(
+    path: &std::ffi::CStr,
+    argv: &[*const libc::c_char],
+    envp: &[*const libc::c_char],
+) -> io::Error {
+    debug_assert!(argv.last().is_some_and(|p| p.is_null()));
+    debug_assert!(envp.last().is_some_and(|p| p.is_null()));
+    // SAFETY: `path` is NUL terminated; argv and envp are NULL-terminated arrays of
+    // pointers into CStrings that the caller keeps alive across this call.
+    unsafe { libc::execve(path.as_ptr(), argv.as_ptr(), envp.as_ptr()) };
+    io::Error::last_os_error()
+}
+
+/// The kernel's Landlock ABI version (0 when Landlock is unavailable).
+pub fn landlock_abi() -> u32 {
+    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+    // SAFETY: with a NULL attr and size 0 and the VERSION flag, the syscall only
+    // returns the ABI number and reads no memory.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    u32::try_from(ret).unwrap_or(0)
+}
+
+/// Close every fd except those in `keep` (close_range over the gaps, linux 5.9).
+pub fn close_all_except(keep: &[u32]) -> io::Result<()> {
+    let mut keep = keep.to_vec();
+    keep.sort_unstable();
+    let mut first = 0u32;
+    for &k in keep.iter().chain(std::iter::once(&u32::MAX)) {
+        if k > first {
+            let last = k - 1;
+            // SAFETY: closing fds the caller does not keep; no memory is involved and
+            // the caller (a freshly cloned child) owns no Rust objects for them that
+            // it will use again.
+            let ret = unsafe { libc::syscall(libc::SYS_close_range, first, last, 0u32) };
+            if ret == -1 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        first = k.saturating_add(1);
+        if k == u32::MAX {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// Start `exe args...` with `fd` as its fd 3 (and nothing else inherited besides stdio).
+pub fn spawn_with_fd3(
+    exe: &std::path::Path,
+    args: &[&str],
+    fd: OwnedFd,
+) -> io::Result<std::process::Child> {
+    use std::os::unix::process::CommandExt;
+    let raw = fd.as_raw_fd();
+    let mut cmd = std::process::Command::new(exe);
+    cmd.args(args).stdin(std::process::Stdio::null());
+    // SAFETY: the closure runs between fork and exec and only calls dup2/fcntl, which
+    // are async-signal-safe; `raw` stays open in the parent until spawn returns.
+    unsafe {
+        cmd.pre_exec(move || {
+            if raw == 3 {
+                let flags = libc::fcntl(3, libc::F_GETFD);
+                if flags == -1 || libc::fcntl(3, libc::F_SETFD, flags & !libc::FD_CLOEXEC) == -1 {
+                    return Err(io::Error::last_os_error());
+                }
+            } else if libc::dup2(raw, 3) == -1 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = cmd.spawn();
+    drop(fd);
+    child
+}
