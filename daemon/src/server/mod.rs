@@ -213,3 +213,55 @@ pub fn socket_path(flag: Option<PathBuf>, config: &Config, root: bool) -> PathBu
         .or_else(|| config.socket.clone())
         .unwrap_or_else(|| crate::spawner::default_state_dir(root).join("vivariumd.sock"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shipped(name: &str) -> Profile {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../profiles");
+        crate::profile::load_dir(&dir)
+            .unwrap()
+            .into_iter()
+            .find(|p| p.name == name)
+            .unwrap()
+    }
+
+    fn facts(landlock_abi: u32, controllers: &[&str]) -> HostFacts {
+        HostFacts {
+            cgroup: CgroupVersion::V1,
+            controllers: controllers.iter().map(|c| c.to_string()).collect(),
+            landlock_abi,
+        }
+    }
+
+    const ALL: &[&str] = &["memory", "pids", "cpu", "cpuacct"];
+
+    #[test]
+    fn both_profiles_enabled_on_a_current_kernel() {
+        for name in ["default", "compat"] {
+            let a = activate(shipped(name), &facts(7, ALL));
+            assert_eq!(a.disabled, None, "{name}");
+            assert!(a.not_enforced.is_empty(), "{name}: {:?}", a.not_enforced);
+            assert!(a.seccomp_filters >= 1);
+        }
+    }
+
+    #[test]
+    fn an_older_kernel_disables_default_and_compat_says_what_it_lacks() {
+        let default = activate(shipped("default"), &facts(2, ALL));
+        let why = default.disabled.expect("default needs ABI 6");
+        assert!(why.contains("Landlock ABI 6"), "{why}");
+        let compat = activate(shipped("compat"), &facts(2, ALL));
+        assert_eq!(compat.disabled, None);
+        assert_eq!(compat.not_enforced, missing_features(6, 2));
+        assert_eq!(compat.info().not_enforced.len(), 4);
+    }
+
+    #[test]
+    fn missing_controllers_disable_with_a_reason() {
+        let a = activate(shipped("default"), &facts(7, &["memory", "cpu", "cpuacct"]));
+        let why = a.disabled.unwrap();
+        assert!(why.contains("pids cgroup controller"), "{why}");
+    }
+}

@@ -401,7 +401,8 @@ impl Spawner {
             | libc::CLONE_NEWUTS
             | libc::CLONE_NEWCGROUP;
         let forked = sys::clone3(flags, cgroup.dir_fd());
-        if v1 {
+        if v1 && !matches!(forked, Ok(sys::Forked::Child)) {
+            // Only the spawner moves back; the child stays in the job's cgroup.
             let _ = self.cgroups.enter_home();
         }
         let (pid, pidfd) = match forked.map_err(|e| os("clone3", e))? {

@@ -1,0 +1,316 @@
+//! Small helpers shared by the v1 and v2 backends: cgroupfs reads and writes, the pure parsers
+//! for the kernel's "key value" files, and the bounded kill and rmdir loops.
+//!
+//! Writes never create files: on cgroupfs the kernel pre-creates every interface file, so a
+//! missing file means a missing controller (or a typo) and must fail, not silently create a
+//! regular file. Test fixtures mimic the kernel instead (see `fixture.rs`).
+
+use std::ffi::CString;
+use std::fs::{self, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::thread;
+use std::time::Duration;
+
+use nix::errno::Errno;
+use nix::fcntl::{self, OFlag};
+use nix::sys::signal::{self, Signal};
+use nix::sys::stat::Mode;
+use nix::unistd::{self, Pid};
+
+use super::CgroupError;
+
+/// How many times `rmdir` is retried on EBUSY, and the pause between tries. A SIGKILLed task
+/// leaves its cgroup within a few milliseconds; 200 x 5 ms bounds a stuck exit at one second.
+const RMDIR_ATTEMPTS: u32 = 200;
+const RMDIR_PAUSE: Duration = Duration::from_millis(5);
+
+/// Rounds of "read cgroup.procs, SIGKILL everything" before giving up. A fork bomb can add
+/// tasks between the read and the kill, so one round is not enough.
+pub(super) const KILL_ROUNDS: u32 = 100;
+const KILL_PAUSE: Duration = Duration::from_millis(2);
+
+/// Write `value` with one `write(2)` into an existing file (truncating it, which cgroupfs ignores
+/// and a fixture needs for whole-file asserts).
+pub(super) fn write_value(path: &Path, value: &str) -> Result<(), CgroupError> {
+    OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(path)
+        .and_then(|mut f| f.write_all(value.as_bytes()))
+        .map_err(|source| CgroupError::Write {
+            path: path.to_path_buf(),
+            value: value.to_owned(),
+            source,
+        })
+}
+
+pub(super) fn read_string(path: &Path) -> Result<String, CgroupError> {
+    fs::read_to_string(path).map_err(|source| CgroupError::Read {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Read a file holding a single unsigned number (`cpuacct.usage`, `memory.peak`, ...).
+pub(super) fn read_u64(path: &Path) -> Result<u64, CgroupError> {
+    parse_u64(&read_string(path)?).ok_or_else(|| CgroupError::Parse {
+        path: path.to_path_buf(),
+        key: "value",
+    })
+}
+
+/// Read `key` from a flat keyed file (`memory.events`, `cpu.stat`, `memory.oom_control`, ...).
+pub(super) fn read_key(path: &Path, key: &'static str) -> Result<u64, CgroupError> {
+    parse_keyed(&read_string(path)?, key).ok_or_else(|| CgroupError::Parse {
+        path: path.to_path_buf(),
+        key,
+    })
+}
+
+/// Parse a single number, surrounding whitespace allowed.
+pub fn parse_u64(content: &str) -> Option<u64> {
+    content.trim().parse().ok()
+}
+
+/// The value of `key` in a flat keyed file: one `key value` pair per line, separated by a space.
+/// See Documentation/admin-guide/cgroup-v2.rst "Interface Files" (the v1 files use the same shape).
+pub fn parse_keyed(content: &str, key: &str) -> Option<u64> {
+    content.lines().find_map(|line| {
+        let mut parts = line.split_whitespace();
+        if parts.next()? != key {
+            return None;
+        }
+        let value = parse_u64(parts.next()?)?;
+        parts.next().is_none().then_some(value)
+    })
+}
+
+/// Parse `cgroup.procs` / `tasks`: one pid per line.
+pub fn parse_pids(content: &str) -> Vec<i32> {
+    content
+        .lines()
+        .filter_map(|line| line.trim().parse().ok())
+        .collect()
+}
+
+/// Parse a space-separated controller list (`cgroup.controllers`, `cgroup.subtree_control`).
+pub fn parse_controller_list(content: &str) -> Vec<&str> {
+    content
+        .split_whitespace()
+        .map(|word| word.trim_start_matches(['+', '-']))
+        .collect()
+}
+
+/// mkdir; with `allow_existing` an existing directory is fine (the daemon's own dirs survive
+/// restarts), without it EEXIST is an error (a job must never reuse a cgroup with leftovers).
+pub(super) fn make_dir(path: &Path, allow_existing: bool) -> Result<(), CgroupError> {
+    match fs::create_dir(path) {
+        Ok(()) => {}
+        Err(e) if allow_existing && e.kind() == io::ErrorKind::AlreadyExists => return Ok(()),
+        Err(source) => {
+            return Err(CgroupError::Mkdir {
+                path: path.to_path_buf(),
+                source,
+            })
+        }
+    }
+    // A fixture directory is a plain directory: play the kernel and add the interface files.
+    #[cfg(test)]
+    super::fixture::on_mkdir(path);
+    Ok(())
+}
+
+/// rmdir, retrying EBUSY while the last tasks finish exiting. A missing directory is success.
+pub(super) fn remove_dir(path: &Path) -> Result<(), CgroupError> {
+    let mut attempt = 0;
+    loop {
+        #[cfg(test)]
+        super::fixture::before_rmdir(path);
+        match fs::remove_dir(path) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) && attempt + 1 < RMDIR_ATTEMPTS => {
+                attempt += 1;
+                thread::sleep(RMDIR_PAUSE);
+            }
+            Err(source) => {
+                return Err(CgroupError::Rmdir {
+                    path: path.to_path_buf(),
+                    source,
+                })
+            }
+        }
+    }
+}
+
+/// Remove `dir` and any cgroups below it, deepest first.
+pub(super) fn remove_tree(dir: &Path) -> Result<(), CgroupError> {
+    for child in subdirs(dir)? {
+        remove_tree(&child)?;
+    }
+    remove_dir(dir)
+}
+
+/// The child cgroups (directories) of `dir`, sorted; a missing `dir` has none.
+pub(super) fn subdirs(dir: &Path) -> Result<Vec<PathBuf>, CgroupError> {
+    let read_err = |source| CgroupError::Read {
+        path: dir.to_path_buf(),
+        source,
+    };
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(read_err(e)),
+    };
+    let mut dirs = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(read_err)?;
+        if entry.file_type().map_err(read_err)?.is_dir() {
+            dirs.push(entry.path());
+        }
+    }
+    dirs.sort();
+    Ok(dirs)
+}
+
+/// SIGKILL every process listed in `procs` (a `cgroup.procs` file) until it reads empty.
+///
+/// Pids are read and then signalled, so in theory a pid could exit and be reused in between;
+/// with pid_max at 4M that needs a full wrap-around inside this loop. The spawner's primary kill
+/// is SIGKILL on the job's pid-namespace init through a pidfd, which has no such race.
+pub(super) fn kill_procs(procs: &Path) -> Result<(), CgroupError> {
+    for _ in 0..KILL_ROUNDS {
+        let pids = match fs::read_to_string(procs) {
+            Ok(content) => parse_pids(&content),
+            // The cgroup is gone: nothing left to kill.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(source) => {
+                return Err(CgroupError::Read {
+                    path: procs.to_path_buf(),
+                    source,
+                })
+            }
+        };
+        if pids.is_empty() {
+            return Ok(());
+        }
+        for pid in pids {
+            match signal::kill(Pid::from_raw(pid), Signal::SIGKILL) {
+                Ok(()) | Err(Errno::ESRCH) => {}
+                Err(source) => {
+                    return Err(CgroupError::Kill {
+                        path: procs.to_path_buf(),
+                        pid,
+                        source,
+                    })
+                }
+            }
+        }
+        thread::sleep(KILL_PAUSE);
+    }
+    Err(CgroupError::StillPopulated {
+        path: procs.to_path_buf(),
+        attempts: KILL_ROUNDS,
+    })
+}
+
+/// A path as a C string, built ahead of time so the attach itself does not allocate (it may run
+/// in a freshly forked child).
+pub(super) fn c_path(path: &Path) -> CString {
+    // Paths come from mountinfo and validated names, which never contain NUL.
+    CString::new(path.as_os_str().as_bytes()).unwrap_or_default()
+}
+
+/// Write "0" to a `tasks` (v1) or `cgroup.procs` (v2) file: the kernel reads 0 as "the caller".
+/// No allocation on success, so it is usable between fork and exec.
+pub(super) fn attach_self(file: &std::ffi::CStr) -> Result<(), CgroupError> {
+    let attach_err = |source| CgroupError::Attach {
+        path: PathBuf::from(std::ffi::OsStr::from_bytes(file.to_bytes())),
+        source,
+    };
+    let fd =
+        fcntl::open(file, OFlag::O_WRONLY | OFlag::O_CLOEXEC, Mode::empty()).map_err(attach_err)?;
+    unistd::write(&fd, b"0").map_err(attach_err)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keyed_files_parse_like_the_kernel_prints_them() {
+        let events = "low 0\nhigh 0\nmax 17\noom 2\noom_kill 1\noom_group_kill 0\n";
+        assert_eq!(parse_keyed(events, "max"), Some(17));
+        assert_eq!(parse_keyed(events, "oom_kill"), Some(1));
+        assert_eq!(parse_keyed(events, "oom_group_kill"), Some(0));
+        assert_eq!(parse_keyed(events, "missing"), None);
+
+        let oom_control = "oom_kill_disable 0\nunder_oom 0\noom_kill 3\n";
+        assert_eq!(parse_keyed(oom_control, "oom_kill"), Some(3));
+
+        let cpu_stat = "usage_usec 123456\nuser_usec 100000\nsystem_usec 23456\n\
+                        nr_periods 0\nnr_throttled 0\nthrottled_usec 0\n";
+        assert_eq!(parse_keyed(cpu_stat, "usage_usec"), Some(123_456));
+    }
+
+    #[test]
+    fn keyed_parser_rejects_malformed_lines() {
+        assert_eq!(parse_keyed("max", "max"), None);
+        assert_eq!(parse_keyed("max x\n", "max"), None);
+        assert_eq!(parse_keyed("max 1 2\n", "max"), None);
+        assert_eq!(parse_keyed("max -1\n", "max"), None);
+        // A prefix of a key is not the key.
+        assert_eq!(parse_keyed("oom_kill 4\n", "oom"), None);
+        assert_eq!(parse_keyed("", "max"), None);
+    }
+
+    #[test]
+    fn single_values_and_lists() {
+        assert_eq!(
+            parse_u64("9223372036854771712\n"),
+            Some(9_223_372_036_854_771_712)
+        );
+        assert_eq!(parse_u64(" 42 "), Some(42));
+        assert_eq!(parse_u64("max\n"), None);
+        assert_eq!(parse_pids("12\n345\n\n"), vec![12, 345]);
+        assert_eq!(parse_pids(""), Vec::<i32>::new());
+        assert_eq!(
+            parse_controller_list("cpuset cpu io memory hugetlb pids rdma misc\n"),
+            vec!["cpuset", "cpu", "io", "memory", "hugetlb", "pids", "rdma", "misc"]
+        );
+        assert_eq!(
+            parse_controller_list("+memory +pids -cpu"),
+            vec!["memory", "pids", "cpu"]
+        );
+    }
+
+    #[test]
+    fn write_value_never_creates_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("memory.max");
+        let err = write_value(&missing, "1").unwrap_err();
+        assert!(matches!(err, CgroupError::Write { ref source, .. }
+            if source.kind() == io::ErrorKind::NotFound));
+        assert!(!missing.exists());
+
+        fs::write(&missing, "max\n").unwrap();
+        write_value(&missing, "1").unwrap();
+        assert_eq!(fs::read_to_string(&missing).unwrap(), "1");
+    }
+
+    #[test]
+    fn remove_dir_tolerates_missing_and_reports_not_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        remove_dir(&dir.path().join("gone")).unwrap();
+        // A child cgroup keeps its parent busy (ENOTEMPTY is not retried).
+        let full = dir.path().join("full");
+        fs::create_dir_all(full.join("child")).unwrap();
+        assert!(matches!(
+            remove_dir(&full),
+            Err(CgroupError::Rmdir { ref path, .. }) if *path == full
+        ));
+    }
+}

@@ -1,0 +1,499 @@
+//! cgroup v1: one directory per hierarchy for every cgroup of ours, under `<mount>/<subtree>`.
+//!
+//! Layout, in each of the memory, pids, cpu and cpuacct hierarchies (co-mounted ones once):
+//! `<mount>/<subtree>/spawner` (the spawner's home) and `<mount>/<subtree>/<job>`.
+//! Kernel docs: Documentation/admin-guide/cgroup-v1/{memory,pids,cpuacct}.rst,
+//! scheduler/sched-bwc.rst for cpu.cfs_*.
+
+use std::ffi::CString;
+use std::path::{Path, PathBuf};
+
+use super::files::{self, attach_self, c_path, make_dir, read_key, read_u64, remove_dir};
+use super::{validate_name, CgroupError, Controller, Limits, Stats, V1_HOME};
+
+#[derive(Clone, Debug)]
+struct Hierarchy {
+    controllers: Vec<Controller>,
+    mount: PathBuf,
+}
+
+#[derive(Clone, Debug)]
+pub(super) struct V1 {
+    hierarchies: Vec<Hierarchy>,
+    subtree: String,
+}
+
+impl V1 {
+    pub(super) fn new(mounts: &[(Controller, PathBuf)], subtree: &str) -> Self {
+        let mut hierarchies: Vec<Hierarchy> = Vec::new();
+        for (controller, mount) in mounts {
+            match hierarchies.iter_mut().find(|h| h.mount == *mount) {
+                Some(h) if !h.controllers.contains(controller) => h.controllers.push(*controller),
+                Some(_) => {}
+                None => hierarchies.push(Hierarchy {
+                    controllers: vec![*controller],
+                    mount: mount.clone(),
+                }),
+            }
+        }
+        Self {
+            hierarchies,
+            subtree: subtree.to_owned(),
+        }
+    }
+
+    fn base(&self, h: &Hierarchy) -> PathBuf {
+        h.mount.join(&self.subtree)
+    }
+
+    fn hierarchy(&self, controller: Controller) -> Result<&Hierarchy, CgroupError> {
+        self.hierarchies
+            .iter()
+            .find(|h| h.controllers.contains(&controller))
+            .ok_or(CgroupError::MissingController { controller })
+    }
+
+    pub(super) fn controllers(&self) -> Vec<Controller> {
+        let mut all: Vec<Controller> = self
+            .hierarchies
+            .iter()
+            .flat_map(|h| h.controllers.iter().copied())
+            .collect();
+        all.sort();
+        all
+    }
+
+    pub(super) fn setup(&self) -> Result<(), CgroupError> {
+        validate_name(&self.subtree, false)?;
+        for h in &self.hierarchies {
+            let base = self.base(h);
+            make_dir(&base, true)?;
+            if h.controllers.contains(&Controller::Memory) {
+                enable_memory_hierarchy(&base);
+            }
+            make_dir(&base.join(V1_HOME), true)?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn enter_home(&self) -> Result<(), CgroupError> {
+        for h in &self.hierarchies {
+            attach_self(&c_path(&self.base(h).join(V1_HOME).join("tasks")))?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn create_job(&self, name: &str, limits: &Limits) -> Result<Job, CgroupError> {
+        // Fail closed before touching the filesystem.
+        let memory = self.hierarchy(Controller::Memory)?;
+        let pids = self.hierarchy(Controller::Pids)?;
+        let cpu = match limits.cpu_quota_us {
+            Some(_) => Some(self.hierarchy(Controller::Cpu)?),
+            None => None,
+        };
+        let dir_of = |h: &Hierarchy| self.base(h).join(name);
+
+        let mut job = Job {
+            dirs: Vec::with_capacity(self.hierarchies.len()),
+            tasks: Vec::with_capacity(self.hierarchies.len()),
+            memory: dir_of(memory),
+            pids: dir_of(pids),
+            cpuacct: self.hierarchy(Controller::Cpuacct).ok().map(dir_of),
+        };
+        for h in &self.hierarchies {
+            let dir = dir_of(h);
+            if let Err(e) = make_dir(&dir, false) {
+                drop(job.remove());
+                return Err(e);
+            }
+            job.tasks.push(c_path(&dir.join("tasks")));
+            job.dirs.push(dir);
+        }
+        if let Err(e) = job.write_limits(limits, cpu.map(dir_of).as_deref()) {
+            drop(job.remove());
+            return Err(e);
+        }
+        Ok(job)
+    }
+
+    /// Every directory under the subtree except `spawner` is a job of an earlier daemon.
+    pub(super) fn reap_stale(&self) -> Result<usize, CgroupError> {
+        let mut names = Vec::new();
+        for h in &self.hierarchies {
+            for dir in files::subdirs(&self.base(h))? {
+                if dir.file_name().is_some_and(|n| n == V1_HOME) {
+                    continue;
+                }
+                kill_tree(&dir)?;
+                files::remove_tree(&dir)?;
+                if let Some(name) = dir.file_name() {
+                    if !names.iter().any(|n| n == name) {
+                        names.push(name.to_owned());
+                    }
+                }
+            }
+        }
+        Ok(names.len())
+    }
+
+    pub(super) fn remove_subtree(&self) -> Result<(), CgroupError> {
+        self.reap_stale()?;
+        for h in &self.hierarchies {
+            let base = self.base(h);
+            remove_dir(&base.join(V1_HOME))?;
+            remove_dir(&base)?;
+        }
+        Ok(())
+    }
+}
+
+/// Hierarchical accounting makes the subtree's usage the sum of its jobs. Kernels since 5.16
+/// always have it (writing 0 fails with EINVAL); older ones can only switch it on while the
+/// cgroup has no children, which is why this runs before `spawner` is created. Not needed for
+/// the jobs' own limits, so a refusal is logged, not fatal.
+fn enable_memory_hierarchy(base: &Path) {
+    let file = base.join("memory.use_hierarchy");
+    if read_u64(&file).is_ok_and(|v| v == 0) {
+        if let Err(e) = files::write_value(&file, "1") {
+            tracing::debug!(error = %e, "memory.use_hierarchy stays 0");
+        }
+    }
+}
+
+/// SIGKILL the processes of `dir` and of every cgroup below it.
+fn kill_tree(dir: &Path) -> Result<(), CgroupError> {
+    for child in files::subdirs(dir)? {
+        kill_tree(&child)?;
+    }
+    files::kill_procs(&dir.join("cgroup.procs"))
+}
+
+#[derive(Debug)]
+pub(super) struct Job {
+    /// One directory per hierarchy, in hierarchy order.
+    dirs: Vec<PathBuf>,
+    /// `<dir>/tasks` of each directory, ready for an allocation-free `enter_self`.
+    tasks: Vec<CString>,
+    memory: PathBuf,
+    pids: PathBuf,
+    cpuacct: Option<PathBuf>,
+}
+
+impl Job {
+    fn write_limits(&self, limits: &Limits, cpu: Option<&Path>) -> Result<(), CgroupError> {
+        let memory = limits.memory_bytes.to_string();
+        // A new cgroup starts unlimited and memsw must stay >= the memory limit: memory first.
+        files::write_value(&self.memory.join("memory.limit_in_bytes"), &memory)?;
+        // memsw (memory + swap) exists with swap accounting; the same value means no swap.
+        let memsw = self.memory.join("memory.memsw.limit_in_bytes");
+        if memsw.exists() {
+            files::write_value(&memsw, &memory)?;
+        }
+        // Reclaim page cache instead of swapping anonymous memory. Covered by memsw where it
+        // exists, so not worth failing a job over.
+        let swappiness = self.memory.join("memory.swappiness");
+        if swappiness.exists() {
+            if let Err(e) = files::write_value(&swappiness, "0") {
+                tracing::debug!(error = %e, "memory.swappiness not set");
+            }
+        }
+        files::write_value(&self.pids.join("pids.max"), &limits.pids.to_string())?;
+        if let (Some(dir), Some(quota)) = (cpu, limits.cpu_quota_us) {
+            // The period first: the kernel checks quota/period against the parent's bandwidth.
+            let period = limits.cpu_period_us.to_string();
+            files::write_value(&dir.join("cpu.cfs_period_us"), &period)?;
+            files::write_value(&dir.join("cpu.cfs_quota_us"), &quota.to_string())?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn paths(&self) -> Vec<&Path> {
+        self.dirs.iter().map(PathBuf::as_path).collect()
+    }
+
+    pub(super) fn enter_self(&self) -> Result<(), CgroupError> {
+        self.tasks.iter().try_for_each(|t| attach_self(t))
+    }
+
+    fn cpuacct(&self) -> Result<&Path, CgroupError> {
+        self.cpuacct
+            .as_deref()
+            .ok_or(CgroupError::MissingController {
+                controller: Controller::Cpuacct,
+            })
+    }
+
+    pub(super) fn cpu_usage_ns(&self) -> Result<u64, CgroupError> {
+        read_u64(&self.cpuacct()?.join("cpuacct.usage"))
+    }
+
+    pub(super) fn stats(&self) -> Result<Stats, CgroupError> {
+        // A charge is tried against memsw first, then memory, and fails at one of the two, so
+        // the hits are the sum. Kernel surprise: recent kernels (seen on 6.18) count failcnt
+        // only for the memory counter (`track_failcnt`), and with memsw == limit it is memsw
+        // that fails, so on such hosts this stays 0 even after an OOM kill.
+        let memsw_failcnt = self.memory.join("memory.memsw.failcnt");
+        let memsw_hits = if memsw_failcnt.exists() {
+            read_u64(&memsw_failcnt)?
+        } else {
+            0
+        };
+        Ok(Stats {
+            cpu_usage_ns: self.cpu_usage_ns()?,
+            peak_memory_bytes: read_u64(&self.memory.join("memory.max_usage_in_bytes"))?,
+            oom_kills: read_key(&self.memory.join("memory.oom_control"), "oom_kill")?,
+            pids_limit_hits: read_key(&self.pids.join("pids.events"), "max")?,
+            memory_limit_hits: read_u64(&self.memory.join("memory.failcnt"))?
+                .saturating_add(memsw_hits),
+        })
+    }
+
+    pub(super) fn kill_all(&self) -> Result<(), CgroupError> {
+        // A task may have entered some hierarchies and not others: sweep each.
+        self.dirs
+            .iter()
+            .try_for_each(|d| files::kill_procs(&d.join("cgroup.procs")))
+    }
+
+    pub(super) fn remove(self) -> Result<(), CgroupError> {
+        // Try every directory even if one fails, and report the first failure.
+        let mut first = Ok(());
+        for dir in &self.dirs {
+            let result = remove_dir(dir);
+            if first.is_ok() {
+                first = result;
+            }
+        }
+        first
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::fs;
+
+    use super::super::files;
+    use super::super::fixture::{map, snapshot, v1_tree};
+    use super::super::{CgroupError, Cgroups, Controller, Limits, Stats};
+    use Controller::{Cpu, Cpuacct, Memory, Pids};
+
+    const LIMITS: Limits = Limits {
+        memory_bytes: 64 << 20,
+        pids: 5,
+        cpu_quota_us: Some(50_000),
+        cpu_period_us: 100_000,
+    };
+    const NO_CPU: Limits = Limits {
+        cpu_quota_us: None,
+        ..LIMITS
+    };
+
+    /// The files a fresh job gets from the fixture's v1 root, with `changes` applied.
+    fn fresh_with(root: &std::path::Path, changes: &[(&str, &str)]) -> BTreeMap<String, String> {
+        let mut files = snapshot(root);
+        files.remove("cgroup.sane_behavior");
+        files.remove("release_agent");
+        files.insert("cgroup.procs".into(), String::new());
+        files.insert("tasks".into(), String::new());
+        files.extend(map(changes));
+        files
+    }
+
+    #[test]
+    fn setup_and_create_job_write_exactly_the_limits() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mounts = v1_tree(tmp.path(), &[&[Memory], &[Pids], &[Cpu], &[Cpuacct]]);
+        let cg = Cgroups::v1_at(&mounts, "vivarium");
+        assert_eq!(cg.controllers(), vec![Memory, Pids, Cpu, Cpuacct]);
+        cg.setup().unwrap();
+        cg.setup().unwrap(); // idempotent
+        let job = cg.create_job("job-1", &LIMITS).unwrap();
+
+        let root = |c: &str| tmp.path().join(c);
+        let dir = |c: &str| root(c).join("vivarium/job-1");
+        assert_eq!(
+            job.paths(),
+            ["memory", "pids", "cpu", "cpuacct"].map(dir).to_vec()
+        );
+        assert_eq!(
+            snapshot(&dir("memory")),
+            fresh_with(
+                &root("memory"),
+                &[
+                    ("memory.limit_in_bytes", "67108864"),
+                    ("memory.memsw.limit_in_bytes", "67108864"),
+                    ("memory.swappiness", "0"),
+                ]
+            )
+        );
+        assert_eq!(
+            snapshot(&dir("pids")),
+            fresh_with(&root("pids"), &[("pids.max", "5")])
+        );
+        assert_eq!(
+            snapshot(&dir("cpu")),
+            fresh_with(
+                &root("cpu"),
+                &[
+                    ("cpu.cfs_period_us", "100000"),
+                    ("cpu.cfs_quota_us", "50000")
+                ]
+            )
+        );
+        assert_eq!(snapshot(&dir("cpuacct")), fresh_with(&root("cpuacct"), &[]));
+        assert!(job.dir_fd().is_none());
+
+        // enter_self / enter_home write "0" to every hierarchy's tasks file.
+        job.enter_self().unwrap();
+        cg.enter_home().unwrap();
+        for c in ["memory", "pids", "cpu", "cpuacct"] {
+            assert_eq!(fs::read_to_string(dir(c).join("tasks")).unwrap(), "0");
+            let home = root(c).join("vivarium/spawner/tasks");
+            assert_eq!(fs::read_to_string(home).unwrap(), "0");
+        }
+
+        job.kill_all().unwrap(); // empty cgroup.procs: nothing to kill
+        job.remove().unwrap();
+        for c in ["memory", "pids", "cpu", "cpuacct"] {
+            assert!(!dir(c).exists());
+        }
+        cg.remove_subtree().unwrap();
+        for c in ["memory", "pids", "cpu", "cpuacct"] {
+            assert!(!root(c).join("vivarium").exists());
+        }
+    }
+
+    #[test]
+    fn comounted_cpu_cpuacct_is_one_directory_and_no_quota_leaves_cpu_alone() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mounts = v1_tree(tmp.path(), &[&[Memory], &[Pids], &[Cpu, Cpuacct]]);
+        let cg = Cgroups::v1_at(&mounts, "viv");
+        cg.setup().unwrap();
+        let job = cg.create_job("j", &NO_CPU).unwrap();
+        let cpu_root = tmp.path().join("cpu,cpuacct");
+        assert_eq!(job.paths().len(), 3);
+        assert_eq!(
+            snapshot(&cpu_root.join("viv/j")),
+            fresh_with(&cpu_root, &[])
+        );
+        fs::write(cpu_root.join("viv/j/cpuacct.usage"), "123456789\n").unwrap();
+        assert_eq!(job.cpu_usage_ns().unwrap(), 123_456_789);
+        job.remove().unwrap();
+        cg.remove_subtree().unwrap();
+    }
+
+    #[test]
+    fn stats_come_from_the_v1_files() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mounts = v1_tree(tmp.path(), &[&[Memory], &[Pids], &[Cpu, Cpuacct]]);
+        let cg = Cgroups::v1_at(&mounts, "vivarium");
+        cg.setup().unwrap();
+        let job = cg.create_job("s", &LIMITS).unwrap();
+        let put = |c: &str, f: &str, v: &str| {
+            fs::write(tmp.path().join(c).join("vivarium/s").join(f), v).unwrap()
+        };
+        put("cpu,cpuacct", "cpuacct.usage", "2000000000\n");
+        put("memory", "memory.max_usage_in_bytes", "67108864\n");
+        put(
+            "memory",
+            "memory.oom_control",
+            "oom_kill_disable 0\nunder_oom 0\noom_kill 1\n",
+        );
+        put("memory", "memory.failcnt", "2544\n");
+        put("memory", "memory.memsw.failcnt", "6\n");
+        put("pids", "pids.events", "max 15\n");
+        assert_eq!(
+            job.stats().unwrap(),
+            Stats {
+                cpu_usage_ns: 2_000_000_000,
+                peak_memory_bytes: 64 << 20,
+                oom_kills: 1,
+                pids_limit_hits: 15,
+                memory_limit_hits: 2550,
+            }
+        );
+        put("pids", "pids.events", "garbage\n");
+        assert!(matches!(
+            job.stats(),
+            Err(CgroupError::Parse { key: "max", .. })
+        ));
+        job.remove().unwrap();
+        cg.remove_subtree().unwrap();
+    }
+
+    #[test]
+    fn missing_controllers_fail_before_anything_is_created() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mounts = v1_tree(tmp.path(), &[&[Memory], &[Cpuacct]]);
+        let cg = Cgroups::v1_at(&mounts, "vivarium");
+        cg.setup().unwrap();
+        assert!(matches!(
+            cg.create_job("j", &LIMITS),
+            Err(CgroupError::MissingController { controller: Pids })
+        ));
+        assert!(!tmp.path().join("memory/vivarium/j").exists());
+
+        let mounts = v1_tree(tmp.path(), &[&[Memory, Pids]]);
+        let cg = Cgroups::v1_at(&mounts, "vivarium");
+        cg.setup().unwrap();
+        assert!(matches!(
+            cg.create_job("j", &LIMITS),
+            Err(CgroupError::MissingController { controller: Cpu })
+        ));
+        let job = cg.create_job("j", &NO_CPU).unwrap();
+        // A name in use is refused, not reused.
+        assert!(matches!(
+            cg.create_job("j", &NO_CPU),
+            Err(CgroupError::Mkdir { .. })
+        ));
+        assert!(matches!(
+            job.cpu_usage_ns(),
+            Err(CgroupError::MissingController {
+                controller: Cpuacct
+            })
+        ));
+        job.remove().unwrap();
+    }
+
+    #[test]
+    fn a_failed_write_leaves_nothing_behind() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mounts = v1_tree(tmp.path(), &[&[Memory], &[Pids], &[Cpu, Cpuacct]]);
+        // No memsw (no swap accounting): not written; no pids.max: the write fails.
+        fs::remove_file(tmp.path().join("memory/memory.memsw.limit_in_bytes")).unwrap();
+        fs::remove_file(tmp.path().join("pids/pids.max")).unwrap();
+        // An old kernel with flat memory accounting: setup switches it on.
+        fs::write(tmp.path().join("memory/memory.use_hierarchy"), "0\n").unwrap();
+        let cg = Cgroups::v1_at(&mounts, "vivarium");
+        cg.setup().unwrap();
+        assert_eq!(
+            fs::read_to_string(tmp.path().join("memory/vivarium/memory.use_hierarchy")).unwrap(),
+            "1"
+        );
+        let err = cg.create_job("j", &LIMITS).unwrap_err();
+        assert!(matches!(err, CgroupError::Write { ref path, ref value, .. }
+            if path.ends_with("pids/vivarium/j/pids.max") && value == "5"));
+        for c in ["memory", "pids", "cpu,cpuacct"] {
+            assert!(!tmp.path().join(c).join("vivarium/j").exists(), "{c}");
+        }
+    }
+
+    #[test]
+    fn reap_stale_removes_every_job_but_keeps_the_spawner_home() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mounts = v1_tree(tmp.path(), &[&[Memory], &[Pids], &[Cpu, Cpuacct]]);
+        let cg = Cgroups::v1_at(&mounts, "vivarium");
+        cg.setup().unwrap();
+        for name in ["old-1", "old-2"] {
+            drop(cg.create_job(name, &LIMITS).unwrap()); // no Drop: as if the daemon crashed
+        }
+        assert_eq!(cg.reap_stale().unwrap(), 2);
+        assert_eq!(cg.reap_stale().unwrap(), 0);
+        for c in ["memory", "pids", "cpu,cpuacct"] {
+            let left = files::subdirs(&tmp.path().join(c).join("vivarium")).unwrap();
+            assert_eq!(left, [tmp.path().join(c).join("vivarium/spawner")]);
+        }
+        cg.remove_subtree().unwrap();
+    }
+}

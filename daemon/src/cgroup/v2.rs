@@ -1,0 +1,437 @@
+//! cgroup v2: jobs are children of the daemon's delegated cgroup, next to the `daemon` leaf.
+//!
+//! Layout: `<root>/daemon` (every process of the daemon) and `<root>/<job>`. The leaf exists
+//! because of the "no internal processes" rule: a cgroup that has processes cannot enable
+//! controllers for its children (`cgroup.subtree_control` write fails with EBUSY).
+//! Kernel docs: Documentation/admin-guide/cgroup-v2.rst.
+
+use std::ffi::CString;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use nix::fcntl::{self, OFlag};
+use nix::sys::stat::Mode;
+
+use super::files::{
+    self, attach_self, c_path, make_dir, parse_controller_list, read_key, read_string, read_u64,
+};
+use super::{CgroupError, Controller, Limits, Stats, V2_LEAF};
+
+/// Controllers enabled for the jobs, in `cgroup.subtree_control` syntax order.
+const WANTED: [Controller; 3] = [Controller::Memory, Controller::Pids, Controller::Cpu];
+
+/// Rounds of moving the root's remaining processes into the leaf (a process may fork while we
+/// move its parent; the fork lands in the root and needs another round).
+const MOVE_ROUNDS: u32 = 10;
+
+#[derive(Clone, Debug)]
+pub(super) struct V2 {
+    root: PathBuf,
+}
+
+impl V2 {
+    pub(super) fn new(root: PathBuf) -> Self {
+        Self { root }
+    }
+
+    /// What the parent lets this cgroup hand to its children (`cgroup.controllers`), plus
+    /// `Cpuacct`, which is the core `cpu.stat` every cgroup has.
+    pub(super) fn controllers(&self) -> Vec<Controller> {
+        let available = read_string(&self.root.join("cgroup.controllers")).unwrap_or_default();
+        let available = parse_controller_list(&available);
+        let mut have: Vec<Controller> = WANTED
+            .into_iter()
+            .filter(|c| available.contains(&c.as_str()))
+            .collect();
+        have.push(Controller::Cpuacct);
+        have.sort();
+        have
+    }
+
+    pub(super) fn setup(&self) -> Result<(), CgroupError> {
+        let leaf = self.root.join(V2_LEAF);
+        make_dir(&leaf, true)?;
+        let leaf_procs = leaf.join("cgroup.procs");
+        // "0" moves the writer's whole process; then whatever else lives in the root (the
+        // tokio process when the spawner runs this).
+        attach_self(&c_path(&leaf_procs))?;
+        self.move_others(&leaf_procs)?;
+
+        let available = read_string(&self.root.join("cgroup.controllers"))?;
+        let available = parse_controller_list(&available);
+        let enable: Vec<String> = WANTED
+            .into_iter()
+            .filter(|c| available.contains(&c.as_str()))
+            .map(|c| format!("+{c}"))
+            .collect();
+        if !enable.is_empty() {
+            // One write for all: the kernel applies the whole list or none of it.
+            files::write_value(&self.root.join("cgroup.subtree_control"), &enable.join(" "))?;
+        }
+        Ok(())
+    }
+
+    fn move_others(&self, leaf_procs: &Path) -> Result<(), CgroupError> {
+        let root_procs = self.root.join("cgroup.procs");
+        for _ in 0..MOVE_ROUNDS {
+            let pids = files::parse_pids(&read_string(&root_procs)?);
+            if pids.is_empty() {
+                return Ok(());
+            }
+            for pid in pids {
+                match files::write_value(leaf_procs, &pid.to_string()) {
+                    // Exited in the meantime.
+                    Err(CgroupError::Write { source, .. })
+                        if source.raw_os_error() == Some(libc::ESRCH) => {}
+                    other => other?,
+                }
+            }
+        }
+        Err(CgroupError::StillPopulated {
+            path: root_procs,
+            attempts: MOVE_ROUNDS,
+        })
+    }
+
+    pub(super) fn create_job(&self, name: &str, limits: &Limits) -> Result<Job, CgroupError> {
+        let dir = self.root.join(name);
+        make_dir(&dir, false)?;
+        let made = (|| {
+            write_limits(&dir, limits)?;
+            let fd = fcntl::open(
+                &dir,
+                OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+                Mode::empty(),
+            )
+            .map_err(|source| CgroupError::OpenDir {
+                path: dir.clone(),
+                source,
+            })?;
+            Ok(Job {
+                procs: c_path(&dir.join("cgroup.procs")),
+                cpu_stat: dir.join("cpu.stat"),
+                dir: dir.clone(),
+                fd,
+            })
+        })();
+        if made.is_err() {
+            drop(files::remove_dir(&dir));
+        }
+        made
+    }
+
+    /// Every child of the root except the `daemon` leaf is a job of an earlier daemon.
+    pub(super) fn reap_stale(&self) -> Result<usize, CgroupError> {
+        let mut reaped = 0;
+        for dir in files::subdirs(&self.root)? {
+            if dir.file_name().is_some_and(|n| n == V2_LEAF) {
+                continue;
+            }
+            kill(&dir)?;
+            files::remove_tree(&dir)?;
+            reaped += 1;
+        }
+        Ok(reaped)
+    }
+}
+
+fn write_limits(dir: &Path, limits: &Limits) -> Result<(), CgroupError> {
+    let require = |file: &str, controller| {
+        let path = dir.join(file);
+        if path.exists() {
+            Ok(path)
+        } else {
+            Err(CgroupError::MissingController { controller })
+        }
+    };
+    let memory_max = require("memory.max", Controller::Memory)?;
+    let pids_max = require("pids.max", Controller::Pids)?;
+    let cpu_max = match limits.cpu_quota_us {
+        Some(quota) => Some((require("cpu.max", Controller::Cpu)?, quota)),
+        None => None,
+    };
+
+    files::write_value(&memory_max, &limits.memory_bytes.to_string())?;
+    // No swap for jobs; the file exists only with swap accounting (CONFIG_MEMCG_SWAP).
+    let swap_max = dir.join("memory.swap.max");
+    if swap_max.exists() {
+        files::write_value(&swap_max, "0")?;
+    }
+    // On OOM kill the whole job, not one process the job's init might survive.
+    files::write_value(&dir.join("memory.oom.group"), "1")?;
+    files::write_value(&pids_max, &limits.pids.to_string())?;
+    if let Some((cpu_max, quota)) = cpu_max {
+        files::write_value(&cpu_max, &format!("{quota} {}", limits.cpu_period_us))?;
+    }
+    Ok(())
+}
+
+/// SIGKILL everything in `dir` and below: `cgroup.kill` (5.14+) is one atomic write; older
+/// kernels get the v1-style loop, per cgroup.
+fn kill(dir: &Path) -> Result<(), CgroupError> {
+    let kill_file = dir.join("cgroup.kill");
+    if kill_file.exists() {
+        return files::write_value(&kill_file, "1");
+    }
+    for child in files::subdirs(dir)? {
+        kill(&child)?;
+    }
+    files::kill_procs(&dir.join("cgroup.procs"))
+}
+
+#[derive(Debug)]
+pub(super) struct Job {
+    dir: PathBuf,
+    fd: OwnedFd,
+    procs: CString,
+    cpu_stat: PathBuf,
+}
+
+impl Job {
+    pub(super) fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    pub(super) fn dir_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    pub(super) fn enter_self(&self) -> Result<(), CgroupError> {
+        attach_self(&self.procs)
+    }
+
+    pub(super) fn cpu_usage_ns(&self) -> Result<u64, CgroupError> {
+        Ok(read_key(&self.cpu_stat, "usage_usec")?.saturating_mul(1000))
+    }
+
+    pub(super) fn stats(&self) -> Result<Stats, CgroupError> {
+        let events = self.dir.join("memory.events");
+        // memory.peak arrived in 5.19; before it the best is the current usage.
+        let peak = self.dir.join("memory.peak");
+        let peak = if peak.exists() {
+            peak
+        } else {
+            self.dir.join("memory.current")
+        };
+        Ok(Stats {
+            cpu_usage_ns: self.cpu_usage_ns()?,
+            peak_memory_bytes: read_u64(&peak)?,
+            oom_kills: read_key(&events, "oom_kill")?,
+            pids_limit_hits: read_key(&self.dir.join("pids.events"), "max")?,
+            memory_limit_hits: read_key(&events, "max")?,
+        })
+    }
+
+    pub(super) fn kill_all(&self) -> Result<(), CgroupError> {
+        kill(&self.dir)
+    }
+
+    pub(super) fn remove(self) -> Result<(), CgroupError> {
+        let Job { dir, fd, .. } = self;
+        drop(fd);
+        files::remove_tree(&dir)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::MetadataExt;
+
+    use super::super::fixture::{map, snapshot, v2_files, v2_root};
+    use super::super::{CgroupError, Cgroups, Controller, Limits, Stats, Version};
+    use Controller::{Cpu, Cpuacct, Memory, Pids};
+
+    const LIMITS: Limits = Limits {
+        memory_bytes: 64 << 20,
+        pids: 5,
+        cpu_quota_us: Some(50_000),
+        cpu_period_us: 100_000,
+    };
+
+    #[test]
+    fn setup_moves_the_daemon_into_its_leaf_then_enables_controllers() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = v2_root(tmp.path(), &["cpuset", "cpu", "io", "memory", "pids"]);
+        let before = snapshot(&root);
+        let cg = Cgroups::v2_at(root.clone());
+        assert_eq!(cg.version(), Version::V2);
+        assert_eq!(cg.controllers(), vec![Memory, Pids, Cpu, Cpuacct]);
+        cg.setup().unwrap();
+
+        let mut expected_root = before;
+        expected_root.insert("cgroup.subtree_control".into(), "+memory +pids +cpu".into());
+        assert_eq!(snapshot(&root), expected_root);
+        // The leaf was made before anything was enabled, so it has no controller files.
+        let mut expected_leaf = v2_files(&[]);
+        expected_leaf.insert("cgroup.procs".into(), "0".into());
+        assert_eq!(snapshot(&root.join("daemon")), expected_leaf);
+        cg.enter_home().unwrap(); // nothing to do on v2
+    }
+
+    #[test]
+    fn setup_moves_other_processes_and_gives_up_if_they_stay() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = v2_root(tmp.path(), &["memory", "pids"]);
+        // A fixture's cgroup.procs never empties, like a process that keeps forking.
+        fs::write(root.join("cgroup.procs"), "4242\n4243\n").unwrap();
+        let err = Cgroups::v2_at(root.clone()).setup().unwrap_err();
+        assert!(
+            matches!(err, CgroupError::StillPopulated { ref path, attempts: 10 }
+            if *path == root.join("cgroup.procs"))
+        );
+        assert_eq!(
+            fs::read_to_string(root.join("daemon/cgroup.procs")).unwrap(),
+            "4243"
+        );
+        // Controllers are not enabled while the root still has processes.
+        assert_eq!(
+            fs::read_to_string(root.join("cgroup.subtree_control")).unwrap(),
+            ""
+        );
+    }
+
+    #[test]
+    fn create_job_writes_exactly_the_limits_and_opens_the_directory() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = v2_root(tmp.path(), &["cpu", "memory", "pids"]);
+        let cg = Cgroups::v2_at(root.clone());
+        cg.setup().unwrap();
+        let job = cg.create_job("job-1", &LIMITS).unwrap();
+        let dir = root.join("job-1");
+        assert_eq!(job.paths(), vec![dir.as_path()]);
+
+        let mut expected = v2_files(&["cpu", "memory", "pids"]);
+        expected.extend(map(&[
+            ("memory.max", "67108864"),
+            ("memory.swap.max", "0"),
+            ("memory.oom.group", "1"),
+            ("pids.max", "5"),
+            ("cpu.max", "50000 100000"),
+        ]));
+        assert_eq!(snapshot(&dir), expected);
+
+        let fd = job.dir_fd().expect("v2 has a directory fd");
+        let fd_meta = fs::metadata(format!("/proc/self/fd/{}", fd.as_raw_fd())).unwrap();
+        assert_eq!(fd_meta.ino(), fs::metadata(&dir).unwrap().ino());
+
+        job.enter_self().unwrap();
+        assert_eq!(fs::read_to_string(dir.join("cgroup.procs")).unwrap(), "0");
+        job.kill_all().unwrap();
+        assert_eq!(fs::read_to_string(dir.join("cgroup.kill")).unwrap(), "1");
+        job.remove().unwrap();
+        assert!(!dir.exists());
+    }
+
+    #[test]
+    fn no_quota_leaves_cpu_max_and_missing_controllers_fail_closed() {
+        let tmp = tempfile::tempdir().unwrap();
+        // No cpu offered, and no swap accounting.
+        let root = v2_root(tmp.path(), &["memory", "pids"]);
+        let cg = Cgroups::v2_at(root.clone());
+        cg.setup().unwrap();
+        assert_eq!(cg.controllers(), vec![Memory, Pids, Cpuacct]);
+        assert_eq!(
+            fs::read_to_string(root.join("cgroup.subtree_control")).unwrap(),
+            "+memory +pids"
+        );
+        assert!(matches!(
+            cg.create_job("j", &LIMITS),
+            Err(CgroupError::MissingController { controller: Cpu })
+        ));
+        assert!(!root.join("j").exists());
+
+        let limits = Limits {
+            cpu_quota_us: None,
+            ..LIMITS
+        };
+        let job = cg.create_job("j", &limits).unwrap();
+        let mut expected = v2_files(&["memory", "pids"]);
+        expected.extend(map(&[
+            ("memory.max", "67108864"),
+            ("memory.swap.max", "0"),
+            ("memory.oom.group", "1"),
+            ("pids.max", "5"),
+        ]));
+        assert_eq!(snapshot(&root.join("j")), expected);
+        job.remove().unwrap();
+
+        // Nothing enabled at all: memory is the first thing missing.
+        let bare_parent = tmp.path().join("bare");
+        fs::create_dir(&bare_parent).unwrap();
+        let bare = v2_root(&bare_parent, &[]);
+        let cg = Cgroups::v2_at(bare);
+        cg.setup().unwrap();
+        assert!(matches!(
+            cg.create_job("j", &limits),
+            Err(CgroupError::MissingController { controller: Memory })
+        ));
+    }
+
+    #[test]
+    fn stats_come_from_the_v2_files() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = v2_root(tmp.path(), &["cpu", "memory", "pids"]);
+        let cg = Cgroups::v2_at(root.clone());
+        cg.setup().unwrap();
+        let job = cg.create_job("s", &LIMITS).unwrap();
+        let put = |f: &str, v: &str| fs::write(root.join("s").join(f), v).unwrap();
+        put(
+            "cpu.stat",
+            "usage_usec 1500\nuser_usec 1000\nsystem_usec 500\nnr_periods 3\n",
+        );
+        put("memory.peak", "70000000\n");
+        put("memory.current", "123\n");
+        put(
+            "memory.events",
+            "low 0\nhigh 0\nmax 31\noom 1\noom_kill 2\noom_group_kill 1\n",
+        );
+        put("pids.events", "max 7\n");
+        let expected = Stats {
+            cpu_usage_ns: 1_500_000,
+            peak_memory_bytes: 70_000_000,
+            oom_kills: 2,
+            pids_limit_hits: 7,
+            memory_limit_hits: 31,
+        };
+        assert_eq!(job.stats().unwrap(), expected);
+        assert_eq!(job.cpu_usage_ns().unwrap(), 1_500_000);
+        // Before 5.19 there is no memory.peak: fall back to memory.current.
+        fs::remove_file(root.join("s/memory.peak")).unwrap();
+        assert_eq!(
+            job.stats().unwrap(),
+            Stats {
+                peak_memory_bytes: 123,
+                ..expected
+            }
+        );
+        job.remove().unwrap();
+    }
+
+    #[test]
+    fn reap_stale_kills_and_removes_jobs_but_not_the_leaf() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = v2_root(tmp.path(), &["cpu", "memory", "pids"]);
+        let cg = Cgroups::v2_at(root.clone());
+        cg.setup().unwrap();
+        let limits = Limits {
+            cpu_quota_us: None,
+            ..LIMITS
+        };
+        for name in ["a", "b", "c"] {
+            drop(cg.create_job(name, &limits).unwrap());
+        }
+        // A cgroup the job made below its own (possible with nsdelegate).
+        fs::create_dir(root.join("c/inner")).unwrap();
+        assert_eq!(cg.reap_stale().unwrap(), 3);
+        let left: Vec<_> = fs::read_dir(&root)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.is_dir())
+            .collect();
+        assert_eq!(left, [root.join("daemon")]);
+        cg.remove_subtree().unwrap();
+        assert!(root.join("daemon").is_dir());
+    }
+}

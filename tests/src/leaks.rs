@@ -1,0 +1,199 @@
+//! What a job could leave behind on the host, read from /proc, /sys/fs/cgroup and the state
+//! directory.
+
+use std::path::{Path, PathBuf};
+use vivarium_proto::CgroupVersion;
+
+/// One host process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Proc {
+    pub pid: i32,
+    pub ppid: i32,
+    pub comm: String,
+}
+
+/// What must be the same before and after a batch of jobs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    pub daemon_fds: usize,
+    pub spawner_fds: usize,
+    /// Host mounts that look like the sandbox's (see `suspicious_mounts`).
+    pub mounts: Vec<String>,
+}
+
+/// `/proc/<pid>/stat`: the comm is in parentheses and may itself contain spaces and
+/// parentheses, so the fields after it are found from the last `)`.
+fn read_stat(pid: i32) -> Option<Proc> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let open = text.find('(')?;
+    let close = text.rfind(')')?;
+    let comm = text[open + 1..close].to_owned();
+    let mut rest = text[close + 1..].split_whitespace();
+    let _state = rest.next()?;
+    let ppid = rest.next()?.parse().ok()?;
+    Some(Proc { pid, ppid, comm })
+}
+
+/// Every process on the host.
+pub fn all_procs() -> Vec<Proc> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .filter_map(read_stat)
+        .collect()
+}
+
+/// The direct children of `pid`.
+pub fn children(pid: i32) -> Vec<Proc> {
+    all_procs().into_iter().filter(|p| p.ppid == pid).collect()
+}
+
+/// Every process whose parent chain leads to `root` (not `root` itself).
+pub fn descendants(root: i32) -> Vec<Proc> {
+    let procs = all_procs();
+    let mut found = Vec::new();
+    let mut frontier = vec![root];
+    while let Some(parent) = frontier.pop() {
+        for p in procs.iter().filter(|p| p.ppid == parent) {
+            frontier.push(p.pid);
+            found.push(p.clone());
+        }
+    }
+    found
+}
+
+/// `/proc/<pid>/cmdline` as arguments.
+pub fn cmdline(pid: i32) -> Vec<String> {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| {
+            b.split(|c| *c == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The fds `pid` has open, with what they point to.
+pub fn fd_list(pid: i32) -> Vec<(String, String)> {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return Vec::new();
+    };
+    let mut fds: Vec<(String, String)> = dir
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let target = std::fs::read_link(e.path()).ok()?;
+            Some((
+                e.file_name().to_string_lossy().into_owned(),
+                target.display().to_string(),
+            ))
+        })
+        .collect();
+    fds.sort_by_key(|(fd, _)| fd.parse::<u32>().unwrap_or(u32::MAX));
+    fds
+}
+
+pub fn fd_count(pid: i32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+/// The cgroup hierarchies a subtree may live in: the v1 controllers the daemon uses, and
+/// the v2 roots (pure v2 at /sys/fs/cgroup, hybrid at /sys/fs/cgroup/unified).
+fn hierarchies() -> Vec<PathBuf> {
+    ["memory", "pids", "cpu", "cpuacct", "unified", ""]
+        .iter()
+        .map(|c| Path::new("/sys/fs/cgroup").join(c))
+        .collect()
+}
+
+/// Cgroups the daemon keeps for itself inside its subtree.
+const OWN_CGROUPS: [&str; 2] = ["spawner", "daemon"];
+
+pub fn subtree_dirs(subtree: &str) -> Vec<PathBuf> {
+    hierarchies()
+        .into_iter()
+        .map(|h| h.join(subtree))
+        .filter(|p| p.is_dir())
+        .collect()
+}
+
+pub fn cgroup_leftovers(subtree: &str) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for dir in subtree_dirs(subtree) {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name();
+            let is_dir = e.file_type().map(|t| t.is_dir()).unwrap_or(false);
+            if is_dir && !OWN_CGROUPS.iter().any(|o| name == *o) {
+                out.push(e.path());
+            }
+        }
+    }
+    out
+}
+
+/// Everything in the state dir but an empty `root` directory.
+pub fn state_leftovers(state_dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(state_dir) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for e in entries.flatten() {
+        let path = e.path();
+        if e.file_name() == "root" && path.is_dir() {
+            if let Ok(inner) = std::fs::read_dir(&path) {
+                out.extend(inner.flatten().map(|i| i.path()));
+            }
+        } else {
+            out.push(path);
+        }
+    }
+    out
+}
+
+/// Mounts in `pid`'s mount namespace that look like the sandbox's: below `dir`, or tmpfs
+/// mounts with the sizes and inode counts the sandbox uses.
+pub fn suspicious_mounts(pid: i32, dir: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap_or_default();
+    let dir = dir.display().to_string();
+    let mut out: Vec<String> = text
+        .lines()
+        .filter(|l| {
+            let sandboxy_tmpfs = l.contains(" - tmpfs ")
+                && (l.contains("nr_inodes=4096")
+                    || l.contains("nr_inodes=256")
+                    || l.contains("size=65536k")
+                    || l.contains("size=16384k,nr_inodes=1024"));
+            l.contains(&dir) || sandboxy_tmpfs
+        })
+        // The mount id and parent id change with every mount; compare the rest.
+        .map(|l| l.splitn(3, ' ').nth(2).unwrap_or(l).to_owned())
+        .collect();
+    out.sort();
+    out
+}
+
+/// The cgroup version jobs get on this host: v1 when the memory controller is mounted as a
+/// v1 hierarchy (hybrid hosts), else v2.
+pub fn host_cgroup_version() -> CgroupVersion {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let v1_memory = text.lines().any(|l| {
+        let Some((_, post)) = l.split_once(" - ") else {
+            return false;
+        };
+        let mut f = post.split_whitespace();
+        f.next() == Some("cgroup")
+            && f.nth(1)
+                .is_some_and(|opts| opts.split(',').any(|o| o == "memory"))
+    });
+    if v1_memory {
+        CgroupVersion::V1
+    } else {
+        CgroupVersion::V2
+    }
+}

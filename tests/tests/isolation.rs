@@ -1,0 +1,338 @@
+//! What a job can see and do, asserted from inside the sandbox with probe scripts.
+#![forbid(unsafe_code)]
+
+use std::collections::BTreeSet;
+use std::net::TcpListener;
+
+use serde_json::{json, Value};
+use vivarium_e2e::proto::{LandlockStatus, Reason};
+use vivarium_e2e::{
+    describe, evidence, host_cgroup_version, probe, require_root, Daemon, DaemonOpts, Job,
+};
+
+/// Run a probe under the default profile, insisting that it exited 0.
+async fn run_probe(daemon: &Daemon, name: &str, args: &[&str]) -> Value {
+    let done = daemon
+        .run_job(&Job::new(probe(name)).args(args.iter().copied()))
+        .await;
+    assert_eq!(done.outcome.reason, Reason::Ok, "{}", describe(&done));
+    evidence(&done)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn payload_is_unprivileged_and_confined() {
+    if !require_root() {
+        return;
+    }
+    let daemon = Daemon::start(DaemonOpts::default());
+    let ev = run_probe(&daemon, "identity", &[]).await;
+    let zero = "0000000000000000";
+    assert_eq!(
+        (
+            &ev["uid"],
+            &ev["euid"],
+            &ev["gid"],
+            &ev["egid"],
+            &ev["groups"]
+        ),
+        (
+            &json!(1000),
+            &json!(1000),
+            &json!(1000),
+            &json!(1000),
+            &json!([])
+        ),
+        "{ev:#}"
+    );
+    assert_eq!(
+        ev["status"],
+        json!({
+            "CapInh": zero, "CapPrm": zero, "CapEff": zero, "CapBnd": zero, "CapAmb": zero,
+            "NoNewPrivs": "1", "Seccomp": "2",
+        }),
+        "{ev:#}"
+    );
+    assert_eq!(ev["hostname"], "vivarium");
+    assert_eq!(ev["nodename"], "vivarium");
+    assert_eq!(ev["cwd"], "/work");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_namespace_is_new_and_host_root_is_unmapped() {
+    if !require_root() {
+        return;
+    }
+    let daemon = Daemon::start(DaemonOpts::default());
+    let ev = run_probe(&daemon, "identity", &[]).await;
+    for ns in ["user", "mnt", "pid", "net", "ipc", "uts", "cgroup"] {
+        let host = std::fs::read_link(format!("/proc/self/ns/{ns}")).expect("host ns link");
+        let job = ev["ns"][ns].as_str().expect("ns link in evidence");
+        assert!(job.starts_with(&format!("{ns}:[")), "{ns}: {job}");
+        assert_ne!(
+            job,
+            host.to_str().unwrap(),
+            "the job shares the host's {ns} namespace"
+        );
+    }
+    // `inside outside count` lines: uid 1000 is mapped, and no inside id is host root.
+    for map in ["uid_map", "gid_map"] {
+        let lines = ev[map].as_array().expect("map lines");
+        assert!(
+            lines.iter().any(|l| l[0] == "1000" && l[2] == "1"),
+            "{map}: {lines:?}"
+        );
+        for l in lines {
+            assert_ne!(l[1], "0", "{map} maps host id 0: {lines:?}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn environment_is_built_from_nothing_and_only_stdio_is_open() {
+    if !require_root() {
+        return;
+    }
+    let canary = ("VIVARIUM_TEST_CANARY", "secret123");
+    let daemon = Daemon::start(DaemonOpts::default().env(canary.0, canary.1));
+    let ev = run_probe(&daemon, "environment", &[]).await;
+    let env = ev["env"].as_object().expect("env object");
+    assert!(
+        !env.contains_key(canary.0),
+        "daemon variable leaked: {env:?}"
+    );
+    for (k, v) in env {
+        assert!(
+            !v.as_str().unwrap_or("").contains(canary.1),
+            "{k} carries the daemon's secret"
+        );
+    }
+    assert_eq!(env.get("HOME"), Some(&json!("/work")));
+    assert_eq!(env.get("TMPDIR"), Some(&json!("/tmp")));
+    assert_eq!(
+        env.get("PATH"),
+        Some(&json!("/usr/local/bin:/usr/bin:/bin"))
+    );
+    // Nothing of the daemon's (or cargo's) environment: only the plan's and the profile's.
+    let known: BTreeSet<&str> = [
+        "PATH",
+        "HOME",
+        "TMPDIR",
+        "USER",
+        "LANG",
+        "PYTHONUNBUFFERED",
+        "PYTHONDONTWRITEBYTECODE",
+    ]
+    .into();
+    let unknown: Vec<&String> = env.keys().filter(|k| !known.contains(k.as_str())).collect();
+    assert!(unknown.is_empty(), "inherited variables: {unknown:?}");
+    assert_eq!(
+        ev["fds"],
+        json!([0, 1, 2]),
+        "only stdio may be open: {}",
+        ev["fd_targets"]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn host_secrets_are_out_of_reach() {
+    if !require_root() {
+        return;
+    }
+    let canary_dir = tempfile::Builder::new()
+        .prefix("vivarium-canary-")
+        .tempdir_in("/var/tmp")
+        .expect("canary dir");
+    let canary = canary_dir.path().join("secret.txt");
+    std::fs::write(&canary, "canary-secret-7f3a").expect("write canary");
+    let canary_path = canary.to_str().unwrap();
+    let daemon = Daemon::start(DaemonOpts::default().env("VIVARIUM_TEST_CANARY", "secret123"));
+    let ev = run_probe(&daemon, "secrets", &[canary_path]).await;
+    let enoent_or_eacces = |v: &Value| matches!(v["errno"].as_str(), Some("ENOENT" | "EACCES"));
+    for key in ["shadow", "root_dir", "canary", "canary_dir"] {
+        assert!(enoent_or_eacces(&ev[key]), "{key}: {}\n{ev:#}", ev[key]);
+    }
+    // The job's init is a copy of the daemon's spawner: its environment holds the daemon's.
+    for key in ["init_environ", "init_mem"] {
+        assert!(
+            matches!(ev[key]["errno"].as_str(), Some("EACCES" | "EPERM")),
+            "{key}: {}",
+            ev[key]
+        );
+    }
+    assert!(!ev.to_string().contains("canary-secret-7f3a"));
+    assert!(!ev.to_string().contains("secret123"));
+    assert_eq!(
+        ev["dev"],
+        json!([
+            "fd", "full", "null", "random", "shm", "stderr", "stdin", "stdout", "urandom", "zero"
+        ])
+    );
+    let etc: BTreeSet<String> = serde_json::from_value(ev["etc"].clone()).unwrap();
+    for must_not in ["shadow", "gshadow", "sudoers", "ssh", "machine-id"] {
+        assert!(
+            !etc.contains(must_not),
+            "/etc/{must_not} is visible: {etc:?}"
+        );
+    }
+    let top: BTreeSet<String> = serde_json::from_value(ev["top"].clone()).unwrap();
+    for must_not in ["root", "home", "var", "srv", "sys", "boot", "mnt", "run"] {
+        assert!(!top.contains(must_not), "/{must_not} is visible: {top:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn system_paths_are_read_only_and_scratch_space_is_writable() {
+    if !require_root() {
+        return;
+    }
+    let os_py = "/usr/lib/python3.11/os.py";
+    let before = std::fs::read(os_py).expect("host os.py");
+    let passwd_before = std::fs::read("/etc/passwd").expect("host passwd");
+    let daemon = Daemon::start(DaemonOpts::default());
+    let ev = run_probe(&daemon, "fs_writes", &[]).await;
+    assert_eq!(
+        std::fs::read(os_py).unwrap(),
+        before,
+        "the host's os.py changed"
+    );
+    assert_eq!(std::fs::read("/etc/passwd").unwrap(), passwd_before);
+    for (path, result) in ev["blocked"].as_object().unwrap() {
+        assert!(
+            matches!(result["errno"].as_str(), Some("EROFS" | "EACCES" | "EPERM")),
+            "writing {path} was not refused: {result}"
+        );
+    }
+    for (path, result) in ev["allowed"].as_object().unwrap() {
+        assert_eq!(result, &json!({"ok": true}), "{path}");
+    }
+    assert_eq!(
+        ev["devices"],
+        json!({
+            "null_write": {"ok": 100},
+            "null_read": {"ok": ""},
+            "zero_read": {"ok": "0000000000000000"},
+            "urandom_len": {"ok": 16},
+            "full_write": {"errno": "ENOSPC"},
+        })
+    );
+}
+
+/// /proc/self/comm belongs to the payload and is writable by unix permissions: only the
+/// Landlock ruleset (write access beneath /work, /tmp and /dev/shm only) refuses it.
+#[tokio::test(flavor = "multi_thread")]
+async fn landlock_refuses_writes_unix_permissions_allow() {
+    if !require_root() {
+        return;
+    }
+    let daemon = Daemon::start(DaemonOpts::default());
+    let ev = run_probe(&daemon, "fs_writes", &[]).await;
+    assert_eq!(
+        ev["landlock"],
+        json!({"/proc/self/comm": {"errno": "EACCES"}})
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn host_loopback_is_unreachable() {
+    if !require_root() {
+        return;
+    }
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind host listener");
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port().to_string();
+    let daemon = Daemon::start(DaemonOpts::default());
+    let ev = run_probe(&daemon, "network", &[&port]).await;
+    let errno = ev["tcp_connect"]["errno"].as_str();
+    assert!(
+        matches!(
+            errno,
+            Some("EPERM" | "EACCES" | "ENETUNREACH" | "EAFNOSUPPORT")
+        ),
+        "connect to the host's 127.0.0.1:{port}: {}",
+        ev["tcp_connect"]
+    );
+    match listener.accept() {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        other => panic!("the host listener saw a connection: {other:?}"),
+    }
+    assert_eq!(ev["unix_socketpair"], json!({"ok": "ping"}));
+    // A fresh network namespace: loopback only.
+    assert_eq!(ev["interfaces"], json!(["lo"]));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn host_processes_are_invisible() {
+    if !require_root() {
+        return;
+    }
+    let daemon = Daemon::start(DaemonOpts::default());
+    let ev = run_probe(&daemon, "procs", &[]).await;
+    let procs = ev["procs"].as_object().expect("procs");
+    let pids: Vec<u32> = procs.keys().map(|p| p.parse().unwrap()).collect();
+    assert!(pids.iter().all(|p| *p < 10), "pids: {pids:?}");
+    assert!(!pids.contains(&std::process::id()));
+    assert_eq!(
+        ev["self"],
+        json!(2),
+        "the payload is the second process of its pid ns"
+    );
+    assert_eq!(ev["ppid"], json!(1));
+    let names: BTreeSet<&str> = procs.values().filter_map(Value::as_str).collect();
+    assert_eq!(names, BTreeSet::from(["python3", "vivariumd"]), "{procs:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mount_table_holds_only_the_plan() {
+    if !require_root() {
+        return;
+    }
+    let daemon = Daemon::start(DaemonOpts::default());
+    let ev = run_probe(&daemon, "procs", &[]).await;
+    let mounts: Vec<String> = serde_json::from_value(ev["mounts"].clone()).unwrap();
+    let mut want = vec!["/", "/usr"];
+    // The profile's optional binds appear when the host has them (and they are not symlinks).
+    for optional in [
+        "/etc/ld.so.cache",
+        "/etc/localtime",
+        "/etc/ssl",
+        "/etc/python3.11",
+    ] {
+        if std::fs::symlink_metadata(optional).is_ok_and(|m| !m.file_type().is_symlink()) {
+            want.push(optional);
+        }
+    }
+    want.extend([
+        "/work",
+        "/tmp",
+        "/proc",
+        "/dev/null",
+        "/dev/zero",
+        "/dev/full",
+        "/dev/random",
+        "/dev/urandom",
+        "/dev/shm",
+    ]);
+    assert_eq!(mounts, want);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn outcome_reports_the_isolation_in_force() {
+    if !require_root() {
+        return;
+    }
+    let daemon = Daemon::start(DaemonOpts::default());
+    let done = daemon.run("print('hi')").await;
+    assert_eq!(done.outcome.reason, Reason::Ok, "{}", describe(&done));
+    let iso = &done.outcome.isolation;
+    assert_eq!(
+        iso.namespaces,
+        ["user", "mount", "pid", "net", "ipc", "uts", "cgroup"]
+    );
+    assert_eq!((iso.uid, iso.gid), (1000, 1000));
+    assert!(iso.no_new_privs && iso.capabilities_dropped, "{iso:?}");
+    assert_eq!(iso.landlock, Some(LandlockStatus::FullyEnforced));
+    assert_eq!(iso.landlock_abi, 6);
+    assert!(iso.seccomp_filters >= 1, "{iso:?}");
+    assert_eq!(iso.cgroup, Some(host_cgroup_version()));
+    assert!(iso.not_enforced.is_empty(), "{iso:?}");
+}
