@@ -120,6 +120,12 @@ impl Config {
         Ok(())
     }
 
+    /// Host id slots: one per running job, plus spares for jobs whose init is still
+    /// exiting after their outcome was sent.
+    pub fn id_slots(&self) -> u32 {
+        self.max_concurrent_jobs as u32 * 2 + 16
+    }
+
     pub fn socket_mode_bits(&self) -> Result<u32, ConfigError> {
         u32::from_str_radix(self.socket_mode.trim_start_matches("0o"), 8)
             .ok()

@@ -91,7 +91,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         state_dir,
         cgroup_subtree: config.cgroup_subtree.clone(),
         id_base: config.id_base,
-        max_jobs: config.max_concurrent_jobs as u32,
+        // A job's id slot is freed when its init has exited, a few ms after its
+        // outcome went out and the next job may already be starting: keep spares.
+        max_jobs: config.id_slots(),
     };
     // Start the privileged spawner while this process is still single-threaded.
     let unattached = spawner_client::start()?;

@@ -37,6 +37,16 @@ def overwrite(path, data):
         return "written"
     return go
 
+def run_from(directory):
+    def go():
+        import subprocess
+        path = os.path.join(directory, "x.sh")
+        with open(path, "w") as f:
+            f.write("#!/bin/sh\necho ran\n")
+        os.chmod(path, 0o755)
+        return subprocess.run([path], capture_output=True, text=True).stdout
+    return go
+
 print(json.dumps({
     "blocked": {
         "/usr/lib/python3.11/os.py": attempt(append("/usr/lib/python3.11/os.py")),
@@ -56,6 +66,8 @@ print(json.dumps({
         "/dev/shm": attempt(round_trip("/dev/shm/probe.bin")),
         "mkdir /tmp/d": attempt(lambda: os.mkdir("/tmp/d") or os.path.isdir("/tmp/d")),
     },
+    # The scratch mounts are noexec: a dropped binary or script cannot be run.
+    "exec": {d: attempt(run_from(d)) for d in ("/work", "/tmp", "/dev/shm")},
     "devices": {
         "null_write": attempt(lambda: open("/dev/null", "wb").write(b"x" * 100)),
         "null_read": attempt(lambda: open("/dev/null", "rb").read().hex()),

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::net::TcpListener;
 
 use serde_json::{json, Value};
-use vivarium_e2e::proto::{LandlockStatus, Reason};
+use vivarium_e2e::proto::{CgroupVersion, LandlockStatus, Reason};
 use vivarium_e2e::{
     describe, evidence, host_cgroup_version, probe, require_root, Daemon, DaemonOpts, Job,
 };
@@ -206,6 +206,14 @@ async fn system_paths_are_read_only_and_scratch_space_is_writable() {
         assert_eq!(result, &json!({"ok": true}), "{path}");
     }
     assert_eq!(
+        ev["exec"],
+        json!({
+            "/work": {"errno": "EACCES"},
+            "/tmp": {"errno": "EACCES"},
+            "/dev/shm": {"errno": "EACCES"},
+        })
+    );
+    assert_eq!(
         ev["devices"],
         json!({
             "null_write": {"ok": 100},
@@ -277,8 +285,10 @@ async fn host_processes_are_invisible() {
         "the payload is the second process of its pid ns"
     );
     assert_eq!(ev["ppid"], json!(1));
-    let names: BTreeSet<&str> = procs.values().filter_map(Value::as_str).collect();
-    assert_eq!(names, BTreeSet::from(["python3", "vivariumd"]), "{procs:?}");
+    // Only the job's init (pid 1) and the script itself.
+    let pids: Vec<&str> = procs.keys().map(String::as_str).collect();
+    assert_eq!(pids, ["1", "2"], "{procs:?}");
+    assert_eq!(procs["2"], "python3");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -313,6 +323,24 @@ async fn mount_table_holds_only_the_plan() {
         "/dev/shm",
     ]);
     assert_eq!(mounts, want);
+    // Every mount is nosuid; the writable ones are also noexec; the rest is read-only.
+    let options = ev["options"].as_object().unwrap();
+    for (mount, opts) in options {
+        let opts: Vec<&str> = opts
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        assert!(opts.contains(&"nosuid"), "{mount}: {opts:?}");
+        let writable = ["/work", "/tmp", "/dev/shm", "/proc"].contains(&mount.as_str())
+            || mount.starts_with("/dev/");
+        if writable {
+            assert!(opts.contains(&"noexec"), "{mount}: {opts:?}");
+        } else {
+            assert!(opts.contains(&"ro"), "{mount} is writable: {opts:?}");
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -334,5 +362,46 @@ async fn outcome_reports_the_isolation_in_force() {
     assert_eq!(iso.landlock_abi, 6);
     assert!(iso.seccomp_filters >= 1, "{iso:?}");
     assert_eq!(iso.cgroup, Some(host_cgroup_version()));
+    if std::env::var("VIVARIUM_REQUIRE_CGROUP_V1").as_deref() == Ok("1") {
+        assert_eq!(iso.cgroup, Some(CgroupVersion::V1), "CI declares cgroup v1");
+    }
     assert!(iso.not_enforced.is_empty(), "{iso:?}");
+}
+
+/// Syscalls and socket families CPython never needs. Without the filter each gives another
+/// answer (success, EFAULT, ENOTTY...), so these errnos are the filter's own.
+#[tokio::test(flavor = "multi_thread")]
+async fn seccomp_refuses_what_python_never_needs() {
+    if !require_root() {
+        return;
+    }
+    let daemon = Daemon::start(DaemonOpts::default());
+    let ev = run_probe(&daemon, "seccomp", &[]).await;
+    // Unknown syscalls get ENOSYS (the errno glibc falls back on).
+    let syscalls = ev["syscalls"].as_object().unwrap();
+    let all_enosys: serde_json::Map<String, Value> = syscalls
+        .keys()
+        .map(|name| (name.clone(), json!("ENOSYS")))
+        .collect();
+    assert_eq!(syscalls, &all_enosys, "{ev:#}");
+    let refused = |v: &Value| matches!(v.as_str(), Some("EPERM" | "ENOSYS"));
+    for (name, result) in ev["namespaces"].as_object().unwrap() {
+        assert!(refused(result), "{name}: {result}\n{ev:#}");
+    }
+    assert!(
+        refused(&ev["ioctl_tiocsti"]),
+        "TIOCSTI: {}",
+        ev["ioctl_tiocsti"]
+    );
+    let sockets = ev["sockets"].as_object().unwrap();
+    assert_eq!(sockets["AF_UNIX"], "created");
+    for (family, result) in sockets.iter().filter(|(f, _)| *f != "AF_UNIX") {
+        assert!(
+            matches!(
+                result.as_str(),
+                Some("EPERM" | "EACCES" | "EAFNOSUPPORT" | "ENOSYS")
+            ),
+            "{family}: {result}"
+        );
+    }
 }

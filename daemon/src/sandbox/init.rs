@@ -165,15 +165,18 @@ fn init(
     }
     drop(sync);
 
-    // 2. Become root of the job's user namespace, build the root, pivot.
+    // 2. Step onto a scratch mount while our filesystem uid is still the daemon's;
+    //    then become root of the job's user namespace, build the root, pivot.
+    mount::enter_anchor(&new_root)?;
     nix::unistd::setgroups(&[]).map_err(|e| SetupError::errno("setgroups", e))?;
     nix::unistd::setresgid(Gid::from_raw(0), Gid::from_raw(0), Gid::from_raw(0))
         .map_err(|e| SetupError::errno("setresgid-root", e))?;
     nix::unistd::setresuid(Uid::from_raw(0), Uid::from_raw(0), Uid::from_raw(0))
         .map_err(|e| SetupError::errno("setresuid-root", e))?;
     let owner = (SANDBOX_UID, SANDBOX_GID);
-    mount::build_root(&new_root, &plan.mounts, owner)?;
-    mount::pivot(&new_root)?;
+    mount::enter_root()?;
+    mount::populate(&plan.mounts, owner)?;
+    mount::pivot()?;
 
     // 3. Hostname, the script, rlimits (inherited by the payload).
     nix::unistd::sethostname(&plan.hostname).map_err(|e| SetupError::errno("sethostname", e))?;
@@ -232,6 +235,11 @@ fn init(
     send(status, &InitMsg::Running { landlock });
 
     let exit = reap_until(payload);
+    // The job is over: end whatever it left running (kill(-1) from a pid namespace's
+    // init reaches every other process in it) and reap it all, so that when the
+    // spawner hears `Exited`, only this process is left.
+    let _ = nix::sys::signal::kill(Pid::from_raw(-1), nix::sys::signal::Signal::SIGKILL);
+    while !matches!(waitpid(Pid::from_raw(-1), None), Err(nix::Error::ECHILD)) {}
     let disk_full = ["/work", "/tmp", "/dev/shm"].iter().any(|p| {
         nix::sys::statvfs::statvfs(*p)
             .map(|s| s.blocks_available() == 0 || s.files_available() == 0)

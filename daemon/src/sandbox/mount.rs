@@ -86,17 +86,34 @@ fn placeholder_file(path: &Path) -> Result<(), SetupError> {
     Ok(())
 }
 
-/// Execute the mount plan on a fresh tmpfs at `new_root`, then make that root
-/// read-only. `owner` (uid, gid inside) owns the writable tmpfs mounts.
-pub fn build_root(
-    new_root: &Path,
-    steps: &[MountStep],
-    owner: (u32, u32),
-) -> Result<(), SetupError> {
+/// Make the host's mounts private and step onto a scratch tmpfs ("anchor") mounted on
+/// `new_root`. This runs before init switches to uid 0 inside, while its filesystem uid
+/// is still the daemon's, so `new_root`'s parents (a state or temp dir) need not be
+/// searchable by the job's host ids; every later step uses paths relative to the
+/// working directory. The anchor is world-writable only so that uid 0 inside can make
+/// the real root in it; it exists only in this mount namespace and is detached with the
+/// old root at pivot time.
+pub fn enter_anchor(new_root: &Path) -> Result<(), SetupError> {
     // Nothing below may propagate to the host's mounts.
     mount(NONE, "/", NONE, MsFlags::MS_REC | MsFlags::MS_PRIVATE, NONE)
         .map_err(|e| SetupError::nix("make-rprivate", Path::new("/"), e))?;
-    tmpfs(new_root, 1 << 20, 256, 0o755, MsFlags::empty())?;
+    tmpfs(new_root, 64 << 10, 16, 0o777, MsFlags::MS_NOEXEC)?;
+    chdir(new_root).map_err(|e| SetupError::nix("chdir", new_root, e))
+}
+
+/// As uid 0 inside: make the job's root tmpfs (owned by that uid) in the anchor and
+/// step into it.
+pub fn enter_root() -> Result<(), SetupError> {
+    let root = Path::new("root");
+    mkdir_p(root)?;
+    tmpfs(root, 1 << 20, 256, 0o755, MsFlags::empty())?;
+    chdir(root).map_err(|e| SetupError::nix("chdir", root, e))
+}
+
+/// Execute the mount plan in the new root (the working directory), then make the root
+/// read-only. `owner` (uid, gid inside) owns the writable tmpfs mounts.
+pub fn populate(steps: &[MountStep], owner: (u32, u32)) -> Result<(), SetupError> {
+    let new_root = Path::new(".");
     for step in steps {
         match step {
             MountStep::BindRo { source, path } => {
@@ -190,22 +207,13 @@ pub fn build_root(
     .map_err(|e| SetupError::nix("remount-root-ro", new_root, e))
 }
 
-/// Switch to `new_root` and detach the old root, the way firecracker's jailer does:
-/// bind the new root onto itself, `pivot_root(".", ".")`, then lazily unmount the old
-/// root stacked on top.
-pub fn pivot(new_root: &Path) -> Result<(), SetupError> {
-    mount(
-        Some(new_root),
-        new_root,
-        NONE,
-        MsFlags::MS_BIND | MsFlags::MS_REC,
-        NONE,
-    )
-    .map_err(|e| SetupError::nix("bind-root", new_root, e))?;
-    chdir(new_root).map_err(|e| SetupError::nix("chdir", new_root, e))?;
-    pivot_root(".", ".").map_err(|e| SetupError::nix("pivot_root", new_root, e))?;
-    umount2(".", MntFlags::MNT_DETACH)
-        .map_err(|e| SetupError::nix("umount-old-root", Path::new("."), e))?;
+/// Make the working directory (the new root, a tmpfs mount point) the root and detach
+/// the old root: `pivot_root(".", ".")` stacks the old root on top of the new one, and
+/// a lazy unmount of "." removes it (as firecracker's jailer and runc do).
+pub fn pivot() -> Result<(), SetupError> {
+    let here = Path::new(".");
+    pivot_root(".", ".").map_err(|e| SetupError::nix("pivot_root", here, e))?;
+    umount2(".", MntFlags::MNT_DETACH).map_err(|e| SetupError::nix("umount-old-root", here, e))?;
     chdir("/").map_err(|e| SetupError::nix("chdir", Path::new("/"), e))
 }
 

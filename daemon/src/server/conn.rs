@@ -4,6 +4,7 @@
 use super::auth::{self, Peer};
 use super::job::{self, JobRequest};
 use super::Daemon;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use tokio::sync::{mpsc, Notify};
 use tokio_seqpacket::UnixSeqpacket;
@@ -49,6 +50,9 @@ fn identify(sock: &UnixSeqpacket) -> std::io::Result<Peer> {
 }
 
 struct Running {
+    /// Set by the job task just before its last event (`Finished` or `Error`): a client
+    /// may then submit again before the task has fully returned.
+    over: Arc<AtomicBool>,
     stdin: Option<mpsc::UnboundedSender<Vec<u8>>>,
     stdin_bytes: u64,
     cancel: Arc<Notify>,
@@ -173,6 +177,9 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket) {
                 send(&sock, &Event::Profiles(infos)).await;
             }
             (Request::Submit(spec), Some(_)) => {
+                if let Some(r) = running.take_if(|r| r.over.load(Ordering::SeqCst)) {
+                    let _ = r.done.await;
+                }
                 if running.is_some() || receiving.is_some() {
                     send_error(
                         &sock,
@@ -362,14 +369,17 @@ async fn start(
         limits,
         uid: peer.uid,
     };
+    let over = Arc::new(AtomicBool::new(false));
     let done = tokio::spawn(job::run(
         daemon.clone(),
         sock.clone(),
         request,
         stdin_rx,
         cancel.clone(),
+        over.clone(),
     ));
     Some(Running {
+        over,
         stdin: stdin_tx,
         stdin_bytes: 0,
         cancel,

@@ -9,7 +9,7 @@ use crate::sandbox::plan;
 use crate::spawner::link::{FromSpawner, JobReport, KillCause};
 use nix::fcntl::OFlag;
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, Notify};
@@ -31,6 +31,7 @@ pub async fn run(
     req: JobRequest,
     stdin: Option<mpsc::UnboundedReceiver<Vec<u8>>>,
     cancel: Arc<Notify>,
+    over: Arc<AtomicBool>,
 ) {
     let job_id = daemon.next_job.fetch_add(1, Ordering::Relaxed);
     let span = tracing::info_span!("job", job_id, profile = %req.profile, uid = req.uid);
@@ -42,6 +43,7 @@ pub async fn run(
                 let position = daemon.queued.fetch_add(1, Ordering::SeqCst);
                 if position >= daemon.config.max_queued_jobs {
                     daemon.queued.fetch_sub(1, Ordering::SeqCst);
+                    over.store(true, Ordering::SeqCst);
                     send_error(&sock, ErrorCode::Busy, format!("all {} job slots and {} queue places are taken; retry later", daemon.config.max_concurrent_jobs, daemon.config.max_queued_jobs)).await;
                     return;
                 }
@@ -54,13 +56,17 @@ pub async fn run(
                 match acquired {
                     Some(p) => p,
                     None => {
+                        over.store(true, Ordering::SeqCst);
                         send_error(&sock, ErrorCode::ShuttingDown, "cancelled while queued").await;
                         return;
                     }
                 }
             }
         };
-        match execute(&daemon, &sock, job_id, &req, stdin, &cancel).await {
+        let result = execute(&daemon, &sock, job_id, &req, stdin, &cancel).await;
+        drop(permit);
+        over.store(true, Ordering::SeqCst);
+        match result {
             Ok(outcome) => {
                 tracing::info!(reason = ?outcome.reason, exit = ?outcome.exit, wall_ms = outcome.usage.wall_ms, "job finished");
                 send(&sock, &Event::Finished(Box::new(outcome))).await;
@@ -70,7 +76,6 @@ pub async fn run(
                 send_error(&sock, ErrorCode::Internal, msg).await;
             }
         }
-        drop(permit);
     }
     .instrument(span)
     .await

@@ -38,6 +38,8 @@ struct Job {
     deadline: Instant,
     cpu_limit_ns: u64,
     report: JobReport,
+    /// `Finished` was sent (at init's `Exited`); what is left is reaping and cleanup.
+    reported: bool,
 }
 
 struct Spawner {
@@ -205,8 +207,12 @@ impl Spawner {
                 .collect();
             drop(fds);
             for (i, job) in self.jobs.iter_mut().enumerate() {
-                if ready[2 + 2 * i] {
-                    drain_status(job, false, &self.link);
+                if ready[2 + 2 * i] && drain_status(job, false, &self.link) && !job.reported {
+                    // Every process of the job but its init is gone (init killed and
+                    // reaped them): report now. Init's own exit tears down its
+                    // namespaces, which costs milliseconds (an RCU grace period for
+                    // the mount namespace) that the client need not wait for.
+                    report_finished(job, &self.link);
                 }
             }
             let mut exited: Vec<usize> =
@@ -272,7 +278,7 @@ impl Spawner {
     fn enforce_deadlines(&mut self) {
         let now = Instant::now();
         for job in &mut self.jobs {
-            if job.report.killed.is_some() {
+            if job.report.killed.is_some() || job.reported {
                 continue;
             }
             if now >= job.deadline {
@@ -354,6 +360,7 @@ impl Spawner {
                         cgroup: Some(wire_version(self.cgroups.version())),
                         ..Default::default()
                     },
+                    reported: false,
                 });
                 Ok(())
             }
@@ -441,21 +448,17 @@ impl Spawner {
         Ok((pid, pidfd, std::fs::File::from(status_r)))
     }
 
-    /// The job's init has exited: reap it, collect evidence, remove its cgroup, report.
+    /// The job's init has exited: reap it, report if that was not done yet, remove the
+    /// cgroup, free the id slot.
     fn finish(&mut self, mut job: Job) {
         let _ = nix::sys::wait::waitpid(job.pid, None);
         drain_status(&mut job, true, &self.link);
-        job.report.wall_ms = job.started.elapsed().as_millis() as u64;
+        if !job.reported {
+            report_finished(&mut job, &self.link);
+        }
         if let Some(cg) = job.cgroup.take() {
             // The pid namespace is gone with its init; this is belt and braces.
             let _ = cg.kill_all();
-            if let Ok(stats) = cg.stats() {
-                job.report.cpu_ms = stats.cpu_usage_ns / 1_000_000;
-                job.report.peak_memory_bytes = stats.peak_memory_bytes;
-                job.report.oom_kills = stats.oom_kills;
-                job.report.pids_limit_hits = stats.pids_limit_hits;
-                job.report.memory_limit_hits = stats.memory_limit_hits;
-            }
             if let Err(e) = cg.remove() {
                 eprintln!(
                     "vivariumd spawner: job {}: cgroup removal: {}",
@@ -465,14 +468,27 @@ impl Spawner {
             }
         }
         self.free_slots.push(job.slot);
-        let _ = send_msg(
-            &self.link,
-            &FromSpawner::Finished {
-                job_id: job.id,
-                report: Box::new(job.report),
-            },
-        );
     }
+}
+
+/// Complete the job's report with its cgroup's counters and send `Finished`.
+fn report_finished(job: &mut Job, link: &OwnedFd) {
+    job.reported = true;
+    job.report.wall_ms = job.started.elapsed().as_millis() as u64;
+    if let Some(Ok(stats)) = job.cgroup.as_ref().map(|cg| cg.stats()) {
+        job.report.cpu_ms = stats.cpu_usage_ns / 1_000_000;
+        job.report.peak_memory_bytes = stats.peak_memory_bytes;
+        job.report.oom_kills = stats.oom_kills;
+        job.report.pids_limit_hits = stats.pids_limit_hits;
+        job.report.memory_limit_hits = stats.memory_limit_hits;
+    }
+    let _ = send_msg(
+        link,
+        &FromSpawner::Finished {
+            job_id: job.id,
+            report: Box::new(job.report.clone()),
+        },
+    );
 }
 
 fn kill(job: &mut Job, cause: KillCause) {
@@ -483,8 +499,10 @@ fn kill(job: &mut Job, cause: KillCause) {
     let _ = sys::pidfd_send_signal(job.pidfd.as_fd(), libc::SIGKILL);
 }
 
-/// Read what init has written. `to_eof` after init has exited.
-fn drain_status(job: &mut Job, to_eof: bool, link: &OwnedFd) {
+/// Read what init has written (`to_eof` after init has exited). Returns whether init
+/// reported the payload's end.
+fn drain_status(job: &mut Job, to_eof: bool, link: &OwnedFd) -> bool {
+    let mut exited = false;
     let mut chunk = [0u8; 4096];
     loop {
         match job.status.read(&mut chunk) {
@@ -513,9 +531,11 @@ fn drain_status(job: &mut Job, to_eof: bool, link: &OwnedFd) {
             InitMsg::Exited { status, disk_full } => {
                 job.report.exit = Some(status);
                 job.report.disk_full = disk_full;
+                exited = true;
             }
         }
     }
+    exited
 }
 
 /// Where the spawner lives by default.
