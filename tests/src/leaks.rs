@@ -34,6 +34,17 @@ fn read_stat(pid: i32) -> Option<Proc> {
     Some(Proc { pid, ppid, comm })
 }
 
+/// Whether `pid` is a live process (a zombie awaiting its reaper is not).
+pub fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|t| {
+            t.rfind(')')
+                .and_then(|i| t[i + 1..].split_whitespace().next().map(|s| s != "Z"))
+        })
+        .unwrap_or(false)
+}
+
 /// Every process on the host.
 pub fn all_procs() -> Vec<Proc> {
     let Ok(dir) = std::fs::read_dir("/proc") else {

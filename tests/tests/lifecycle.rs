@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use vivarium_e2e::proto::{ErrorCode, ExitStatus, Reason};
 use vivarium_e2e::{
-    describe, finish, probe, require_root, wait_for_stdout, wait_until, Daemon, DaemonOpts, Job,
-    JobEvent, SLEEPER,
+    alive, describe, finish, probe, require_root, wait_for_stdout, wait_until, Daemon, DaemonOpts,
+    Job, JobEvent, SLEEPER,
 };
 
 const NO_STDIN: Option<&[u8]> = None;
@@ -390,7 +390,7 @@ async fn sigterm_shuts_down_clean() {
             "{e:?}"
         ),
     }
-    let gone = |pid: &i32| !std::path::Path::new(&format!("/proc/{pid}")).exists();
+    let gone = |pid: &i32| !alive(*pid);
     assert!(
         wait_until(Duration::from_secs(2), || job_pids.iter().all(gone)
             && gone(&spawner)),
@@ -491,7 +491,7 @@ async fn a_crashed_daemon_is_replaced_cleanly() {
     assert!(!daemon.cgroup_leftovers().is_empty());
 
     daemon.kill_hard();
-    let gone = |pid: &i32| !std::path::Path::new(&format!("/proc/{pid}")).exists();
+    let gone = |pid: &i32| !alive(*pid);
     assert!(
         wait_until(Duration::from_secs(2), || job_pids.iter().all(gone)
             && gone(&spawner)),
