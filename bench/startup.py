@@ -44,7 +44,7 @@ def main():
         os.makedirs(prof)
         shutil.copytree(os.path.join(ROOT, "profiles", "seccomp"), os.path.join(prof, "seccomp"))
         text = open(os.path.join(ROOT, "profiles", "default.toml")).read()
-        text = text.replace('args = ["-I"]', 'args = ["-I", "-S"]')
+        text = text.replace('args = ["-I", "-u"]', 'args = ["-I", "-S"]')
         assert '"-S"' in text
         open(os.path.join(prof, "bench.toml"), "w").write(text)
         sock = os.path.join(tmp, "d.sock")

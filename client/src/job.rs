@@ -129,7 +129,8 @@ pub enum JobEvent {
     Queued { position: u32 },
     /// The daemon is building the sandbox for the job.
     Started { job_id: u64, profile: String },
-    /// Output bytes, in order within and across streams.
+    /// Output bytes, in order within a stream (stdout and stderr are forwarded
+    /// independently, so their relative order is not guaranteed).
     Output(Stream, Vec<u8>),
     /// The last event: how the job ended.
     Finished(Box<Outcome>),

@@ -62,9 +62,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         bail!("no profiles in {}", config.profiles_dir.display());
     }
     let root = nix::unistd::geteuid().is_root();
-    if !root {
-        bail!("vivariumd must run as root for now (rootless mode is not implemented yet)");
-    }
     let socket = server::socket_path(cli.socket, &config, root);
     let allowed_gids = server::resolve_groups(&config.allow_groups).map_err(anyhow::Error::msg)?;
     let socket_group = match &config.socket_group {
@@ -82,6 +79,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             println!("profile {}: ok ({})", p.name, p.file.description);
         }
         return Ok(());
+    }
+    if !root {
+        bail!("vivariumd must run as root for now (rootless mode is not implemented yet)");
     }
     let state_dir = config
         .state_dir
@@ -115,7 +115,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         let listener = server::bind(&socket, mode, socket_group)
             .with_context(|| format!("binding {}", socket.display()))?;
         tracing::info!(socket = %socket.display(), cgroup = ?daemon.facts.cgroup, landlock_abi = daemon.facts.landlock_abi, "listening");
-        server::serve(daemon.clone(), listener, stop_signal()).await;
+        let spawner_gone = daemon.spawner.gone.clone();
+        let mut failed = false;
+        let stop = async {
+            tokio::select! {
+                () = stop_signal() => {}
+                () = spawner_gone.notified() => failed = true,
+            }
+        };
+        server::serve(daemon.clone(), listener, stop).await;
         tracing::info!("shutting down");
         daemon.spawner.shutdown().await;
         let waited = tokio::task::spawn_blocking(move || child.wait());
@@ -125,6 +133,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             .and_then(|c| c.remove_subtree())
         {
             tracing::warn!(error = %vivariumd::error_chain(&e), "cgroup subtree not removed");
+        }
+        if failed {
+            bail!("the privileged spawner died; no job can run (its jobs died with it)");
         }
         Ok(())
     })

@@ -227,7 +227,12 @@ impl Profile {
                     format!("{} must be absolute without '..'", p.display()),
                 ));
             }
-            if RESERVED.iter().any(|r| p.starts_with(r)) || p == Path::new("/") {
+            // Neither inside nor above a path the sandbox builds (binding /etc would
+            // hide the generated /etc/passwd).
+            if RESERVED
+                .iter()
+                .any(|r| p.starts_with(r) || Path::new(r).starts_with(p))
+            {
                 return Err(bad(
                     "filesystem.ro_binds",
                     format!("{} overlaps a path the sandbox builds itself", p.display()),
@@ -258,10 +263,21 @@ impl Profile {
                 ));
             }
         }
-        for k in file.env.keys() {
-            if k.is_empty() || k.contains('=') || k.contains('\0') {
-                return Err(bad("env", format!("invalid variable name {k:?}")));
+        for (k, v) in &file.env {
+            if k.is_empty() || k.contains('=') || k.contains('\0') || v.contains('\0') {
+                return Err(bad("env", format!("invalid variable {k:?}")));
             }
+        }
+        if file.python.args.iter().any(|a| a.contains('\0')) {
+            return Err(bad("python.args", "an argument contains a NUL byte".into()));
+        }
+        if py.as_os_str().as_encoded_bytes().contains(&0)
+            || !file.filesystem.ro_binds.iter().any(|b| py.starts_with(b))
+        {
+            return Err(bad(
+                "python.interpreter",
+                format!("{} is not under any of filesystem.ro_binds", py.display()),
+            ));
         }
         let seccomp_path = dir.join(&s.seccomp);
         Ok(Profile {
@@ -313,6 +329,8 @@ const RESERVED: &[&str] = &[
     "/etc/passwd",
     "/etc/group",
     "/etc/hosts",
+    "/etc/hostname",
+    "/etc/resolv.conf",
 ];
 
 fn is_script(path: &Path) -> bool {
@@ -384,6 +402,31 @@ mod tests {
             e => panic!("{e:?}"),
         }
         let text = default_text().replace("/usr/bin/python3\"", "python3\"");
+        match parse(&text).unwrap_err() {
+            ProfileError::Invalid { field, .. } => assert_eq!(field, "python.interpreter"),
+            e => panic!("{e:?}"),
+        }
+    }
+
+    #[test]
+    fn binds_may_not_cover_what_the_sandbox_builds() {
+        for bind in ["/etc", "/", "/proc/sys", "/dev"] {
+            let text = default_text().replace(
+                "ro_binds = [\"/usr\",",
+                &format!("ro_binds = [\"{bind}\", \"/usr\","),
+            );
+            match parse(&text).unwrap_err() {
+                ProfileError::Invalid { field, .. } => {
+                    assert_eq!(field, "filesystem.ro_binds", "{bind}")
+                }
+                e => panic!("{bind}: {e:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn the_interpreter_must_be_inside_the_sandbox() {
+        let text = default_text().replace("ro_binds = [\"/usr\", ", "ro_binds = [");
         match parse(&text).unwrap_err() {
             ProfileError::Invalid { field, .. } => assert_eq!(field, "python.interpreter"),
             e => panic!("{e:?}"),

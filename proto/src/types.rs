@@ -130,9 +130,10 @@ pub struct WireError {
     pub message: String,
 }
 
-/// Why the job ended. When several apply, the first in this precedence wins:
-/// `SandboxError`, `Cancelled`, `Timeout`, `CpuLimit`, `OutputLimit`, `Oom`, `Seccomp`,
-/// `Pids`, `Signal`, `Error`, `Ok` (see `docs/protocol.md`).
+/// Why the job ended. When several apply: `SandboxError` (a setup step failed) first;
+/// then the daemon's own kill (`Cancelled`, `Timeout`, `CpuLimit`, `OutputLimit`,
+/// whichever happened first); then kernel evidence (`Oom`, `Seccomp`, `Pids`); then
+/// `Signal`, `Error`, `Ok` (see `docs/protocol.md`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Reason {
     /// Exit status 0.

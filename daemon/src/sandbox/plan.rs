@@ -252,7 +252,7 @@ mod tests {
         let plan = build(7, &p, &limits, &["x".into()], vec![]);
         assert_eq!(
             plan.argv,
-            vec!["/usr/bin/python3", "-I", "/work/main.py", "x"]
+            vec!["/usr/bin/python3", "-I", "-u", "/work/main.py", "x"]
         );
         assert_eq!(
             plan.env,
@@ -262,8 +262,6 @@ mod tests {
                 ("TMPDIR".into(), "/tmp".into()),
                 ("USER".into(), "sandbox".into()),
                 ("LANG".into(), "C.UTF-8".into()),
-                ("PYTHONDONTWRITEBYTECODE".into(), "1".into()),
-                ("PYTHONUNBUFFERED".into(), "1".into()),
             ]
         );
         assert_eq!(

@@ -15,8 +15,8 @@ use vivarium_proto::{
 
 /// Arguments may not add up to more than this (execve has its own, larger, limit).
 const MAX_ARGS_BYTES: usize = 64 * 1024;
-/// Stdin bytes accepted for one job.
-const MAX_STDIN_BYTES: u64 = 256 << 20;
+/// Stdin bytes accepted for one job; past this the job's stdin is closed (it reads EOF).
+const MAX_STDIN_BYTES: u64 = 64 << 20;
 
 pub async fn send(sock: &UnixSeqpacket, event: &Event) -> bool {
     match encode(event) {
@@ -64,6 +64,8 @@ struct Receiving {
     spec: JobSpec,
     code: Vec<u8>,
     len: usize,
+    /// Cancelled before the code was complete: the rest is read and dropped.
+    cancelled: bool,
 }
 
 pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket) {
@@ -211,8 +213,9 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket) {
                         }
                         receiving = Some(Receiving {
                             spec,
-                            code: Vec::with_capacity(len as usize),
+                            code: Vec::new(),
                             len: len as usize,
+                            cancelled: false,
                         });
                     }
                 }
@@ -237,7 +240,16 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket) {
                     break;
                 }
                 r.code.extend_from_slice(&chunk);
-                if r.code.len() == r.len {
+                if r.code.len() == r.len && r.cancelled {
+                    let job_id = daemon.next_job.fetch_add(1, Ordering::Relaxed);
+                    let outcome = super::outcome::not_started(
+                        job_id,
+                        &r.spec.profile,
+                        vivarium_proto::Reason::Cancelled,
+                        "cancelled before the code was complete",
+                    );
+                    send(&sock, &Event::Finished(Box::new(outcome))).await;
+                } else if r.code.len() == r.len {
                     running = start(&daemon, &sock, &peer, r.spec, r.code).await;
                 } else {
                     receiving = Some(r);
@@ -255,12 +267,11 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket) {
                 {
                     *stdin_bytes += data.len() as u64;
                     if *stdin_bytes > MAX_STDIN_BYTES {
-                        send_error(
-                            &sock,
-                            ErrorCode::LimitOutOfRange,
-                            "stdin exceeds 256 MiB; closing the job's stdin",
-                        )
-                        .await;
+                        // No error event: an error would end the job for the client
+                        // while it still runs. The job reads EOF instead.
+                        tracing::warn!(
+                            "stdin over {MAX_STDIN_BYTES} bytes; closing the job's stdin"
+                        );
                         running.as_mut().map(|r| r.stdin.take());
                     } else {
                         let _ = tx.send(data);
@@ -276,7 +287,9 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket) {
                 if let Some(r) = &running {
                     r.cancel.notify_one();
                 }
-                receiving = None;
+                if let Some(r) = receiving.as_mut() {
+                    r.cancelled = true;
+                }
             }
         }
     }

@@ -15,7 +15,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, Notify};
 use tokio_seqpacket::UnixSeqpacket;
 use tracing::Instrument;
-use vivarium_proto::{ErrorCode, Event, Isolation, LandlockStatus, MAX_PAYLOAD_CHUNK};
+use vivarium_proto::{ErrorCode, Event, Isolation, LandlockStatus, Reason, MAX_PAYLOAD_CHUNK};
 
 pub struct JobRequest {
     pub profile: String,
@@ -57,7 +57,8 @@ pub async fn run(
                     Some(p) => p,
                     None => {
                         over.store(true, Ordering::SeqCst);
-                        send_error(&sock, ErrorCode::ShuttingDown, "cancelled while queued").await;
+                        let outcome = outcome::not_started(job_id, &req.profile, Reason::Cancelled, "cancelled while queued");
+                        send(&sock, &Event::Finished(Box::new(outcome))).await;
                         return;
                     }
                 }

@@ -211,7 +211,13 @@ pub fn bind(
 pub fn socket_path(flag: Option<PathBuf>, config: &Config, root: bool) -> PathBuf {
     flag.or_else(|| std::env::var_os("VIVARIUM_SOCKET").map(PathBuf::from))
         .or_else(|| config.socket.clone())
-        .unwrap_or_else(|| crate::spawner::default_state_dir(root).join("vivariumd.sock"))
+        .unwrap_or_else(|| {
+            config
+                .state_dir
+                .clone()
+                .unwrap_or_else(|| crate::spawner::default_state_dir(root))
+                .join("vivariumd.sock")
+        })
 }
 
 #[cfg(test)]

@@ -2,7 +2,8 @@
 //! is unit-tested.
 //!
 //! Precedence when several reasons apply (first wins):
-//! 1. `SandboxError`: a setup step failed, the code never ran.
+//! 1. `SandboxError`: a setup step failed, the code never ran (a kill during setup
+//!    is reported as that kill, not as a sandbox error).
 //! 2. What the daemon itself did, which is certain: `Cancelled`, `Timeout`, `CpuLimit`,
 //!    `OutputLimit` (a kill for a shutdown counts as `Cancelled`).
 //! 3. Kernel evidence: `Oom` (the cgroup's oom_kill counter rose and the payload died
@@ -56,7 +57,7 @@ pub fn decide(report: &JobReport, streams: StreamFacts) -> (Reason, ExitStatus, 
         hit.push(LimitKind::Disk);
     }
     let failed = !matches!(exit, ExitStatus::Code(0));
-    let reason = if report.failure.is_some() || exit == ExitStatus::NotStarted {
+    let reason = if report.failure.is_some() {
         Reason::SandboxError
     } else if let Some(cause) = report.killed {
         match cause {
@@ -65,6 +66,8 @@ pub fn decide(report: &JobReport, streams: StreamFacts) -> (Reason, ExitStatus, 
             KillCause::CpuLimit => Reason::CpuLimit,
             KillCause::OutputLimit => Reason::OutputLimit,
         }
+    } else if exit == ExitStatus::NotStarted {
+        Reason::SandboxError
     } else if report.oom_kills > 0 && exit == ExitStatus::Signal(libc::SIGKILL) {
         Reason::Oom
     } else if exit == ExitStatus::Signal(libc::SIGSYS) {
@@ -79,6 +82,23 @@ pub fn decide(report: &JobReport, streams: StreamFacts) -> (Reason, ExitStatus, 
         }
     };
     (reason, exit, hit)
+}
+
+/// The outcome of a job that ended before its sandbox was started (cancelled while
+/// queued or while its code was still arriving).
+pub fn not_started(job_id: u64, profile: &str, reason: Reason, detail: &str) -> Outcome {
+    Outcome {
+        job_id,
+        profile: profile.to_owned(),
+        reason,
+        exit: ExitStatus::NotStarted,
+        limits_hit: Vec::new(),
+        usage: Usage::default(),
+        stdout_truncated: false,
+        stderr_truncated: false,
+        isolation: Isolation::default(),
+        detail: detail.to_owned(),
+    }
 }
 
 pub fn outcome(
@@ -201,6 +221,18 @@ mod tests {
                 ExitStatus::Signal(9),
                 vec![LimitKind::Cpu]
             )
+        );
+    }
+
+    #[test]
+    fn a_cancel_during_setup_is_a_cancel() {
+        let r = JobReport {
+            killed: Some(KillCause::Cancelled),
+            ..Default::default()
+        };
+        assert_eq!(
+            decide(&r, StreamFacts::default()),
+            (Reason::Cancelled, ExitStatus::NotStarted, vec![])
         );
     }
 

@@ -53,6 +53,8 @@ type Routes = Arc<Mutex<HashMap<u64, mpsc::UnboundedSender<FromSpawner>>>>;
 pub struct SpawnerClient {
     sock: Arc<UnixSeqpacket>,
     routes: Routes,
+    /// Notified when the link to the spawner is gone.
+    pub gone: Arc<tokio::sync::Notify>,
 }
 
 /// What the spawner found on this host.
@@ -98,8 +100,9 @@ impl SpawnerClient {
         };
         let sock = Arc::new(sock);
         let routes: Routes = Arc::default();
-        tokio::spawn(route(sock.clone(), routes.clone()));
-        Ok((SpawnerClient { sock, routes }, facts, un.child))
+        let gone = Arc::new(tokio::sync::Notify::new());
+        tokio::spawn(route(sock.clone(), routes.clone(), gone.clone()));
+        Ok((SpawnerClient { sock, routes, gone }, facts, un.child))
     }
 
     /// Send a job to the spawner with its four fds; its messages arrive on the
@@ -145,7 +148,7 @@ impl SpawnerClient {
     }
 }
 
-async fn route(sock: Arc<UnixSeqpacket>, routes: Routes) {
+async fn route(sock: Arc<UnixSeqpacket>, routes: Routes, gone: Arc<tokio::sync::Notify>) {
     let mut buf = vec![0u8; MAX_LINK_FRAME + 1];
     loop {
         let n = match sock.recv(&mut buf).await {
@@ -174,4 +177,5 @@ async fn route(sock: Arc<UnixSeqpacket>, routes: Routes) {
     tracing::error!("spawner link closed");
     // Dropping every sender tells every waiting job that the spawner is gone.
     routes.lock().expect("routes lock").clear();
+    gone.notify_one();
 }

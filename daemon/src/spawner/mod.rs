@@ -390,6 +390,8 @@ impl Spawner {
             nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| os("pipe", e.into()))?;
         let (status_r, status_w) =
             nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| os("pipe", e.into()))?;
+        nix::fcntl::fcntl(&status_r, nix::fcntl::FcntlArg::F_SETFL(OFlag::O_NONBLOCK))
+            .map_err(|e| os("fcntl", e.into()))?;
         let v1 = self.cgroups.version() == Version::V1;
         if v1 {
             // ~0.1 ms for a single-threaded process moving itself, against 10-17 ms for
@@ -409,8 +411,23 @@ impl Spawner {
             | libc::CLONE_NEWCGROUP;
         let forked = sys::clone3(flags, cgroup.dir_fd());
         if v1 && !matches!(forked, Ok(sys::Forked::Child)) {
-            // Only the spawner moves back; the child stays in the job's cgroup.
-            let _ = self.cgroups.enter_home();
+            // Only the spawner moves back; the child stays in the job's cgroup. A
+            // spawner stuck in a job's cgroup would be killed with that job and charged
+            // for it: fail closed, and let the server (and its supervisor) restart.
+            if let Err(e) = self
+                .cgroups
+                .enter_home()
+                .or_else(|_| self.cgroups.enter_home())
+            {
+                eprintln!(
+                    "vivariumd spawner: cannot return to its home cgroup: {}",
+                    error_chain(&e)
+                );
+                if let Ok(sys::Forked::Parent { pidfd, .. }) = &forked {
+                    let _ = sys::pidfd_send_signal(pidfd.as_fd(), libc::SIGKILL);
+                }
+                sys::exit_now(1);
+            }
         }
         let (pid, pidfd) = match forked.map_err(|e| os("clone3", e))? {
             sys::Forked::Child => init::run(InitArgs {
@@ -443,8 +460,6 @@ impl Spawner {
             let _ = nix::sys::wait::waitpid(pid, None);
             return Err(os("uid_map", e));
         }
-        nix::fcntl::fcntl(&status_r, nix::fcntl::FcntlArg::F_SETFL(OFlag::O_NONBLOCK))
-            .map_err(|e| os("fcntl", e.into()))?;
         Ok((pid, pidfd, std::fs::File::from(status_r)))
     }
 

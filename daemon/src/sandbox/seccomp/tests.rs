@@ -1,4 +1,3 @@
-
 //! Unit tests evaluate the compiled BPF with a small cBPF interpreter that reproduces the
 //! kernel's filter combination; live tests run `/usr/bin/python3` under the filters and
 //! assert on what the probe prints (errno values, OK markers), never on exit codes alone.
