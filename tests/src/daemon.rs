@@ -123,8 +123,8 @@ impl Daemon {
             .prefix("vivarium-e2e-")
             .tempdir()
             .expect("temp dir");
-        // The job's init (root of its own user namespace, unmapped on the host) must be
-        // able to traverse to the state directory, and other uids to the socket.
+        // Other uids (the authorization tests) must reach the socket. A state directory
+        // behind a 0700 parent is tested on purpose with `state_parent_mode`.
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
             .expect("chmod temp dir");
         let socket = dir.path().join("vivariumd.sock");
@@ -452,6 +452,10 @@ impl Drop for Daemon {
                 let _ = child.kill();
                 let _ = child.wait();
             }
+        }
+        // A broken daemon may leave jobs behind: never let them outlive the test.
+        for line in leaks::scrub_subtree(&self.cgroup_subtree) {
+            eprintln!("harness cleanup: {line}");
         }
         if std::thread::panicking() {
             eprintln!(

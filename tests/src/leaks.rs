@@ -180,7 +180,13 @@ pub fn suspicious_mounts(pid: i32, dir: &Path) -> Vec<String> {
                     || l.contains("nr_inodes=256")
                     || l.contains("size=65536k")
                     || l.contains("size=16384k,nr_inodes=1024"));
-            l.contains(&dir) || sandboxy_tmpfs
+            // The sandbox's own paths, had a mount escaped into the host's namespace.
+            let point = l.split(' ').nth(4).unwrap_or("");
+            let sandbox_path = ["/work", "/tmp", "/dev/shm", "/proc"]
+                .iter()
+                .any(|p| point.starts_with(&format!("{p}/")))
+                || point == "/work";
+            l.contains(&dir) || sandboxy_tmpfs || sandbox_path
         })
         // The mount id and parent id change with every mount; compare the rest.
         .map(|l| l.splitn(3, ' ').nth(2).unwrap_or(l).to_owned())
@@ -206,5 +212,48 @@ pub fn host_cgroup_version() -> CgroupVersion {
         CgroupVersion::V1
     } else {
         CgroupVersion::V2
+    }
+}
+
+/// Last-resort cleanup after the daemon is gone: SIGKILL whatever still runs in the
+/// daemon's own cgroup subtree (only this test's daemon ever used that name) and remove
+/// the subtree. Returns what it had to do, for the log.
+pub fn scrub_subtree(subtree: &str) -> Vec<String> {
+    use nix::sys::signal::{kill, Signal};
+    let mut done = Vec::new();
+    for base in subtree_dirs(subtree) {
+        let mut dirs = Vec::new();
+        collect_dirs(&base, &mut dirs);
+        // Deepest first, so children are removed before their parents.
+        dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
+        for dir in dirs {
+            for _ in 0..50 {
+                let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+                let pids: Vec<i32> = procs.lines().filter_map(|l| l.parse().ok()).collect();
+                if pids.is_empty() {
+                    break;
+                }
+                for pid in &pids {
+                    let _ = kill(nix::unistd::Pid::from_raw(*pid), Signal::SIGKILL);
+                }
+                done.push(format!("killed {pids:?} in {}", dir.display()));
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            if std::fs::remove_dir(&dir).is_ok() {
+                done.push(format!("removed {}", dir.display()));
+            }
+        }
+    }
+    done
+}
+
+fn collect_dirs(dir: &Path, out: &mut Vec<PathBuf>) {
+    out.push(dir.to_path_buf());
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                collect_dirs(&e.path(), out);
+            }
+        }
     }
 }

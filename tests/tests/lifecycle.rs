@@ -164,9 +164,9 @@ async fn a_queued_job_runs_when_the_slot_frees() {
     assert_eq!(finish(&mut running).await.unwrap().reason, Reason::Ok);
 }
 
-/// docs/protocol.md: a queued job that is cancelled leaves the queue, answered with
-/// `Error{ShuttingDown, "cancelled while queued"}`; a queued job whose client goes away
-/// leaves the queue too, so its place is free.
+/// A queued job that is cancelled leaves the queue and ends like any cancelled job, with
+/// `Finished{Cancelled}` (`JobHandle::cancel`'s contract; `NotStarted`: it never ran); a
+/// queued job whose client goes away leaves the queue too, so its place is free.
 #[tokio::test(flavor = "multi_thread")]
 async fn queued_jobs_leave_the_queue_on_cancel_and_disconnect() {
     if !require_root() {
@@ -187,11 +187,13 @@ async fn queued_jobs_leave_the_queue_on_cancel_and_disconnect() {
         Some(JobEvent::Queued { position: 0 })
     );
     queued.cancel().await.unwrap();
-    let answer = finish(&mut queued).await;
+    let outcome = finish(&mut queued)
+        .await
+        .expect("an outcome for the queued job");
     assert_eq!(
-        answer.as_ref().err().and_then(|e| e.refusal_code()),
-        Some(ErrorCode::ShuttingDown),
-        "{answer:?}"
+        (outcome.reason, outcome.exit),
+        (Reason::Cancelled, ExitStatus::NotStarted),
+        "{outcome:#?}"
     );
     drop(queued);
 
@@ -475,37 +477,61 @@ async fn viv_cancels_on_ctrl_c_and_on_a_closed_pipe() {
     );
 }
 
-/// A daemon killed with SIGKILL takes its spawner and jobs with it; a new daemon on the
-/// same config takes over the stale socket and reaps the job cgroups left behind.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_crashed_daemon_is_replaced_cleanly() {
-    if !require_root() {
-        return;
-    }
+/// Start a daemon with a running sleeper, then SIGKILL the daemon. Returns the daemon and
+/// the host pids of the job's processes and of the spawner.
+async fn crash_with_a_running_job() -> (Daemon, Vec<i32>) {
     let mut daemon = Daemon::start(DaemonOpts::default());
     let mut client = daemon.client().await;
     let mut job = client.submit(&Job::new(SLEEPER), NO_STDIN).await.unwrap();
     wait_for_stdout(&mut job, "ready").await;
-    let job_pids: Vec<i32> = daemon.job_processes().iter().map(|p| p.pid).collect();
-    let spawner = daemon.spawner_pid().expect("spawner");
+    let mut pids: Vec<i32> = daemon.job_processes().iter().map(|p| p.pid).collect();
+    assert!(!pids.is_empty());
+    pids.push(daemon.spawner_pid().expect("spawner"));
     assert!(!daemon.cgroup_leftovers().is_empty());
-
     daemon.kill_hard();
-    let gone = |pid: &i32| !alive(*pid);
-    assert!(
-        wait_until(Duration::from_secs(2), || job_pids.iter().all(gone)
-            && gone(&spawner)),
-        "job processes {job_pids:?} or spawner {spawner} outlived the daemon"
-    );
     assert!(
         finish(&mut job).await.is_err(),
         "an outcome from a dead daemon"
     );
-    drop(job);
-    drop(client);
+    (daemon, pids)
+}
 
+/// `/proc/<pid>/stat` of those of `pids` still alive.
+fn still_alive(pids: &[i32]) -> Vec<String> {
+    pids.iter()
+        .filter(|p| alive(**p))
+        .map(|p| std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default())
+        .collect()
+}
+
+/// A daemon killed with SIGKILL takes its spawner and its jobs with it (parent-death
+/// signals), rather than leaving them running with no one to enforce their wall clock.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_crashed_daemon_takes_its_jobs_with_it() {
+    if !require_root() {
+        return;
+    }
+    let (_daemon, pids) = crash_with_a_running_job().await;
+    let gone = wait_until(Duration::from_secs(2), || still_alive(&pids).is_empty());
+    assert!(
+        gone,
+        "outlived the daemon's SIGKILL: {:?}",
+        still_alive(&pids)
+    );
+}
+
+/// A new daemon on a crashed one's config takes over the stale socket and reaps whatever
+/// the crash left in its cgroup subtree, processes included.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restarted_daemon_reaps_what_a_crash_left() {
+    if !require_root() {
+        return;
+    }
+    let (mut daemon, pids) = crash_with_a_running_job().await;
     daemon.restart().expect("a new daemon on the old socket");
     assert_eq!(daemon.cgroup_leftovers(), Vec::<std::path::PathBuf>::new());
+    let gone = wait_until(Duration::from_secs(2), || still_alive(&pids).is_empty());
+    assert!(gone, "survived the restart: {:?}", still_alive(&pids));
     assert!(
         daemon.state_leftovers().is_empty(),
         "{:?}",

@@ -293,3 +293,27 @@ async fn unread_stdin_does_not_block() {
     assert_eq!(done.stdout, b"ignored\n");
     assert!(started.elapsed() < std::time::Duration::from_secs(10));
 }
+
+/// Stdin past the daemon's 64 MiB cap is cut off: the job reads EOF there and goes on,
+/// and the client gets its outcome as usual (no error event in the middle of the job).
+#[tokio::test(flavor = "multi_thread")]
+async fn stdin_past_the_cap_reads_eof() {
+    if !require_root() {
+        return;
+    }
+    const CAP: usize = 64 << 20;
+    let daemon = Daemon::start(DaemonOpts::default());
+    let stdin = vec![b's'; CAP + (2 << 20)];
+    let code = "import sys\nprint(len(sys.stdin.buffer.read()))";
+    let done = daemon.run_job_stdin(&Job::new(code), Some(&stdin)).await;
+    assert_ok(&done);
+    let got: usize = String::from_utf8_lossy(&done.stdout)
+        .trim()
+        .parse()
+        .unwrap();
+    let frame = vivarium_e2e::proto::MAX_PAYLOAD_CHUNK;
+    assert!(
+        (CAP - frame..=CAP).contains(&got),
+        "the job read {got} bytes"
+    );
+}
