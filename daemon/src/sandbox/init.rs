@@ -153,9 +153,6 @@ fn init(
     fds: ChildFds,
     status: &std::fs::File,
 ) -> Result<(), SetupError> {
-    sys::set_parent_death_signal(libc::SIGKILL)
-        .map_err(|e| SetupError::io("pdeathsig", "/".as_ref(), &e))?;
-
     // 1. Wait for the maps (and, on cgroup v1, nothing else: we were cloned inside
     //    the job's cgroup).
     let mut go = [0u8; 1];
@@ -163,7 +160,6 @@ fn init(
     if sync.read(&mut go).ok() != Some(1) {
         sys::exit_now(122);
     }
-    drop(sync);
 
     // 2. Step onto a scratch mount while our filesystem uid is still the daemon's;
     //    then become root of the job's user namespace, build the root, pivot.
@@ -173,6 +169,24 @@ fn init(
         .map_err(|e| SetupError::errno("setresgid-root", e))?;
     nix::unistd::setresuid(Uid::from_raw(0), Uid::from_raw(0), Uid::from_raw(0))
         .map_err(|e| SetupError::errno("setresuid-root", e))?;
+    // Die with the spawner. The kernel clears the parent-death signal on every
+    // credential change, so it is set after init's last one; the spawner keeps the
+    // sync pipe's write end for the job's lifetime, so a hang-up there means it died
+    // before the signal was armed.
+    sys::set_parent_death_signal(libc::SIGKILL)
+        .map_err(|e| SetupError::io("pdeathsig", "/".as_ref(), &e))?;
+    let mut lifeline = [nix::poll::PollFd::new(
+        sync.as_fd(),
+        nix::poll::PollFlags::POLLIN,
+    )];
+    let _ = nix::poll::poll(&mut lifeline, nix::poll::PollTimeout::ZERO);
+    if lifeline[0]
+        .revents()
+        .is_some_and(|r| r.contains(nix::poll::PollFlags::POLLHUP))
+    {
+        sys::exit_now(122);
+    }
+    drop(sync);
     let owner = (SANDBOX_UID, SANDBOX_GID);
     mount::enter_root()?;
     mount::populate(&plan.mounts, owner)?;

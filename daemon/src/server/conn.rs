@@ -84,6 +84,12 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket) {
         &daemon.allowed_gids,
     ) {
         tracing::warn!(uid = peer.uid, gid = peer.gid, "peer not admitted");
+        // Answer the client's first message (its hello) rather than closing under it:
+        // closing with unread data resets the connection and the client would never
+        // read why.
+        let mut first = vec![0u8; MAX_FRAME + 1];
+        let _ =
+            tokio::time::timeout(std::time::Duration::from_secs(2), sock.recv(&mut first)).await;
         send_error(
             &sock,
             ErrorCode::NotAuthorized,

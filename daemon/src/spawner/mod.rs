@@ -37,6 +37,9 @@ struct Job {
     started: Instant,
     deadline: Instant,
     cpu_limit_ns: u64,
+    /// The sync pipe's write end, kept open while the job lives: init's check that
+    /// the spawner is still there when it arms its parent-death signal.
+    _lifeline: std::fs::File,
     report: JobReport,
     /// `Finished` was sent (at init's `Exited`); what is left is reaping and cleanup.
     reported: bool,
@@ -343,7 +346,7 @@ impl Spawner {
             [code, stdin, stdout, stderr],
         );
         match result {
-            Ok((pid, pidfd, status)) => {
+            Ok((pid, pidfd, status, lifeline)) => {
                 let now = Instant::now();
                 self.jobs.push(Job {
                     id: plan.job_id,
@@ -356,6 +359,7 @@ impl Spawner {
                     started: now,
                     deadline: now + Duration::from_millis(plan.wall_ms),
                     cpu_limit_ns: plan.cpu_ms.saturating_mul(1_000_000),
+                    _lifeline: lifeline,
                     report: JobReport {
                         cgroup: Some(wire_version(self.cgroups.version())),
                         ..Default::default()
@@ -380,7 +384,7 @@ impl Spawner {
         cgroup: &JobCgroup,
         slot: u32,
         [code, stdin, stdout, stderr]: [OwnedFd; 4],
-    ) -> Result<(Pid, OwnedFd, std::fs::File), Failure> {
+    ) -> Result<(Pid, OwnedFd, std::fs::File, std::fs::File), Failure> {
         let os = |step: &str, e: std::io::Error| Failure {
             step: step.into(),
             detail: e.to_string(),
@@ -447,20 +451,21 @@ impl Spawner {
             sys::Forked::Parent { pid, pidfd } => (Pid::from_raw(pid), pidfd),
         };
         drop((sync_r, status_w, code, stdin, stdout, stderr));
+        let lifeline = std::fs::File::from(sync_w);
         let write_maps = || -> std::io::Result<()> {
             let host = self.config.id_base + 2 * slot;
             let uid_map = format!("0 {host} 1\n{SANDBOX_UID} {} 1\n", host + 1);
             let gid_map = format!("0 {host} 1\n{SANDBOX_GID} {} 1\n", host + 1);
             std::fs::write(format!("/proc/{pid}/uid_map"), uid_map)?;
             std::fs::write(format!("/proc/{pid}/gid_map"), gid_map)?;
-            std::fs::File::from(sync_w).write_all(&[1])
+            (&lifeline).write_all(&[1])
         };
         if let Err(e) = write_maps() {
             let _ = sys::pidfd_send_signal(pidfd.as_fd(), libc::SIGKILL);
             let _ = nix::sys::wait::waitpid(pid, None);
             return Err(os("uid_map", e));
         }
-        Ok((pid, pidfd, std::fs::File::from(status_r)))
+        Ok((pid, pidfd, std::fs::File::from(status_r), lifeline))
     }
 
     /// The job's init has exited: reap it, report if that was not done yet, remove the
