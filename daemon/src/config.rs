@@ -32,7 +32,30 @@ pub struct Config {
     pub id_base: u32,
     /// Largest script accepted, in bytes.
     pub max_code_bytes: u64,
+    /// Jobs (running or queued) one uid may have at once; 0 is no per-uid limit.
+    pub max_jobs_per_uid: usize,
+    /// On SIGTERM, how long running jobs may go on before they are killed.
+    pub shutdown_grace_ms: u64,
+    /// Socket-activated only: exit after this long with no connection and no job
+    /// (systemd starts the daemon again on the next connection); 0 never exits.
+    pub idle_exit_secs: u64,
+    /// Log lines: `human` (with timestamps), `journald` (no timestamps: the journal adds
+    /// its own) or `json` (one object per line).
+    pub log_format: LogFormat,
 }
+
+/// How log lines are written to stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Human,
+    Journald,
+    Json,
+}
+
+/// Read when neither `--config` nor a socket-activated unit names another file.
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/vivarium/vivariumd.toml";
 
 impl Default for Config {
     fn default() -> Self {
@@ -49,6 +72,10 @@ impl Default for Config {
             state_dir: None,
             id_base: 0x5000_0000,
             max_code_bytes: 16 << 20,
+            max_jobs_per_uid: 0,
+            shutdown_grace_ms: 5000,
+            idle_exit_secs: 0,
+            log_format: LogFormat::Human,
         }
     }
 }
@@ -75,6 +102,37 @@ pub enum ConfigError {
 }
 
 impl Config {
+    /// The config file to read: `--config`, else [`DEFAULT_CONFIG_PATH`] if it exists,
+    /// else none (built-in defaults).
+    pub fn default_path(flag: Option<PathBuf>) -> Option<PathBuf> {
+        flag.or_else(|| {
+            let p = PathBuf::from(DEFAULT_CONFIG_PATH);
+            p.is_file().then_some(p)
+        })
+    }
+
+    /// The settings that only take effect at start; a reload that changes them says so.
+    pub fn restart_only_changes(&self, new: &Config) -> Vec<&'static str> {
+        let mut changed = Vec::new();
+        let mut check = |name, differs: bool| {
+            if differs {
+                changed.push(name);
+            }
+        };
+        check("socket", self.socket != new.socket);
+        check("socket_mode", self.socket_mode != new.socket_mode);
+        check("socket_group", self.socket_group != new.socket_group);
+        check(
+            "max_concurrent_jobs",
+            self.max_concurrent_jobs != new.max_concurrent_jobs,
+        );
+        check("cgroup_subtree", self.cgroup_subtree != new.cgroup_subtree);
+        check("state_dir", self.state_dir != new.state_dir);
+        check("id_base", self.id_base != new.id_base);
+        check("log_format", self.log_format != new.log_format);
+        changed
+    }
+
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: path.to_owned(),
@@ -106,6 +164,21 @@ impl Config {
         }
         if self.max_queued_jobs > 65536 {
             return Err(bad("max_queued_jobs", "must be at most 65536"));
+        }
+        if self.max_jobs_per_uid > 65536 {
+            return Err(bad(
+                "max_jobs_per_uid",
+                "must be at most 65536 (0 is no limit)",
+            ));
+        }
+        if self.shutdown_grace_ms > 3_600_000 {
+            return Err(bad("shutdown_grace_ms", "must be at most one hour"));
+        }
+        if self.idle_exit_secs > 30 * 86_400 {
+            return Err(bad(
+                "idle_exit_secs",
+                "must be at most 30 days (0 never exits)",
+            ));
         }
         let name = &self.cgroup_subtree;
         if name.is_empty() || name.contains('/') || name.starts_with('.') {
@@ -160,5 +233,56 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn deployment_fields_parse_and_validate() {
+        let cfg: Config = toml::from_str(
+            "log_format = \"json\"\nshutdown_grace_ms = 2500\nidle_exit_secs = 60\nmax_jobs_per_uid = 2\n",
+        )
+        .unwrap();
+        cfg.validate().unwrap();
+        assert_eq!(cfg.log_format, LogFormat::Json);
+        assert_eq!(
+            (
+                cfg.shutdown_grace_ms,
+                cfg.idle_exit_secs,
+                cfg.max_jobs_per_uid
+            ),
+            (2500, 60, 2)
+        );
+        let err = toml::from_str::<Config>("log_format = \"xml\"").unwrap_err();
+        assert!(err.to_string().contains("xml"), "{err}");
+        let cfg: Config = toml::from_str("shutdown_grace_ms = 99999999").unwrap();
+        assert!(matches!(
+            cfg.validate(),
+            Err(ConfigError::Invalid {
+                field: "shutdown_grace_ms",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn restart_only_changes_are_named() {
+        let old = Config::default();
+        let mut new = old.clone();
+        new.allow_uids.push(1000);
+        new.max_queued_jobs = 3;
+        assert!(old.restart_only_changes(&new).is_empty());
+        new.cgroup_subtree = "other".into();
+        new.max_concurrent_jobs = 2;
+        assert_eq!(
+            old.restart_only_changes(&new),
+            ["max_concurrent_jobs", "cgroup_subtree"]
+        );
+    }
+
+    #[test]
+    fn the_default_path_is_used_only_without_a_flag() {
+        let flag = PathBuf::from("/x/y.toml");
+        assert_eq!(Config::default_path(Some(flag.clone())), Some(flag));
+        let implicit = Config::default_path(None);
+        assert_eq!(implicit.is_some(), Path::new(DEFAULT_CONFIG_PATH).is_file());
     }
 }

@@ -284,3 +284,18 @@ pub fn spawn_with_fd3(
     drop(fd);
     child
 }
+
+/// Take ownership of a descriptor the service manager passed at exec (socket
+/// activation, `sd_listen_fds(3)`). Call it once per descriptor, at startup, before
+/// anything else in this process could have wrapped or closed it.
+pub fn adopt_inherited_fd(fd: RawFd) -> io::Result<OwnedFd> {
+    // SAFETY: F_GETFD only inspects the descriptor table; it fails with EBADF if `fd`
+    // is not open, so we never wrap a closed number.
+    if unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is open (checked above) and was inherited from the service manager
+    // for this process; nothing else in the process owns it (the caller adopts each
+    // passed descriptor once, at startup), so the OwnedFd is its sole owner.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}

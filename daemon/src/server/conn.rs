@@ -77,11 +77,12 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket) {
             return;
         }
     };
+    let live = daemon.live();
     if !auth::admitted(
         &peer,
         daemon.own_uid,
-        &daemon.config.allow_uids,
-        &daemon.allowed_gids,
+        &live.config.allow_uids,
+        &live.allowed_gids,
     ) {
         tracing::warn!(uid = peer.uid, gid = peer.gid, "peer not admitted");
         // Answer the client's first message (its hello) rather than closing under it:
@@ -181,7 +182,7 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket) {
                 .await;
             }
             (Request::ListProfiles, Some(_)) => {
-                let infos = daemon.profiles.values().map(|p| p.info()).collect();
+                let infos = daemon.live().profiles.values().map(|p| p.info()).collect();
                 send(&sock, &Event::Profiles(infos)).await;
             }
             (Request::Submit(spec), Some(_)) => {
@@ -203,15 +204,15 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket) {
                         running = start(&daemon, &sock, &peer, spec, code).await;
                     }
                     Code::Chunked { len } => {
-                        if len > daemon.config.max_code_bytes {
+                        let max_code_bytes = daemon.live().config.max_code_bytes;
+                        if len > max_code_bytes {
                             // The chunks already on their way cannot be told apart from
                             // the next request: refuse and close.
                             send_error(
                                 &sock,
                                 ErrorCode::CodeTooLarge,
                                 format!(
-                                    "code of {len} bytes exceeds the {}-byte limit",
-                                    daemon.config.max_code_bytes
+                                    "code of {len} bytes exceeds the {max_code_bytes}-byte limit"
                                 ),
                             )
                             .await;
@@ -319,8 +320,10 @@ async fn start(
         send_error(sock, code, msg).await;
         None
     };
-    let Some(active) = daemon.profiles.get(&spec.profile) else {
-        let known: Vec<_> = daemon.profiles.keys().cloned().collect();
+    // The profile as it is now: a later reload does not change this job.
+    let live = daemon.live();
+    let Some(active) = live.profiles.get(&spec.profile).cloned() else {
+        let known: Vec<_> = live.profiles.keys().cloned().collect();
         return refuse(
             ErrorCode::UnknownProfile,
             format!(
@@ -342,13 +345,13 @@ async fn start(
         Ok(l) => l,
         Err(e) => return refuse(ErrorCode::LimitOutOfRange, e.to_string()).await,
     };
-    if code.len() as u64 > daemon.config.max_code_bytes {
+    if code.len() as u64 > live.config.max_code_bytes {
         return refuse(
             ErrorCode::CodeTooLarge,
             format!(
                 "code of {} bytes exceeds the {}-byte limit",
                 code.len(),
-                daemon.config.max_code_bytes
+                live.config.max_code_bytes
             ),
         )
         .await;
@@ -387,6 +390,7 @@ async fn start(
         code,
         limits,
         uid: peer.uid,
+        active,
     };
     let over = Arc::new(AtomicBool::new(false));
     let done = tokio::spawn(job::run(

@@ -2,8 +2,9 @@
 //! caps, forward stdin, honour cancel, and report.
 
 use super::conn::{send, send_error};
+use super::lifecycle::Refusal;
 use super::outcome::{self, StreamFacts};
-use super::Daemon;
+use super::{ActiveProfile, Daemon};
 use crate::profile::{JobLimits, OutputPolicy};
 use crate::sandbox::plan;
 use crate::spawner::link::{FromSpawner, JobReport, KillCause};
@@ -23,6 +24,8 @@ pub struct JobRequest {
     pub code: Vec<u8>,
     pub limits: JobLimits,
     pub uid: u32,
+    /// The profile as activated when the job was submitted (a reload does not change it).
+    pub active: Arc<ActiveProfile>,
 }
 
 pub async fn run(
@@ -36,28 +39,44 @@ pub async fn run(
     let job_id = daemon.next_job.fetch_add(1, Ordering::Relaxed);
     let span = tracing::info_span!("job", job_id, profile = %req.profile, uid = req.uid);
     async move {
+        // Admission: not while draining, and within the uid's quota.
+        let per_uid = daemon.live().config.max_jobs_per_uid;
+        let _admission = match daemon.jobs.admit(req.uid, per_uid) {
+            Ok(a) => a,
+            Err(refusal) => {
+                over.store(true, Ordering::SeqCst);
+                let (code, msg) = match refusal {
+                    Refusal::Draining => (ErrorCode::ShuttingDown, "the daemon is shutting down; retry later".to_owned()),
+                    Refusal::Quota(n) => (ErrorCode::Busy, format!("uid {} already has {n} jobs running or queued (max_jobs_per_uid); retry later", req.uid)),
+                };
+                send_error(&sock, code, msg).await;
+                return;
+            }
+        };
         // A slot, or a place in the queue, or Busy.
         let permit = match daemon.slots.clone().try_acquire_owned() {
             Ok(p) => p,
             Err(_) => {
                 let position = daemon.queued.fetch_add(1, Ordering::SeqCst);
-                if position >= daemon.config.max_queued_jobs {
+                if position >= daemon.live().config.max_queued_jobs {
                     daemon.queued.fetch_sub(1, Ordering::SeqCst);
                     over.store(true, Ordering::SeqCst);
-                    send_error(&sock, ErrorCode::Busy, format!("all {} job slots and {} queue places are taken; retry later", daemon.config.max_concurrent_jobs, daemon.config.max_queued_jobs)).await;
+                    send_error(&sock, ErrorCode::Busy, format!("all {} job slots and {} queue places are taken; retry later", daemon.config.max_concurrent_jobs, daemon.live().config.max_queued_jobs)).await;
                     return;
                 }
                 send(&sock, &Event::Queued { position: position as u32 }).await;
                 let acquired = tokio::select! {
-                    p = daemon.slots.clone().acquire_owned() => p.ok(),
-                    () = cancel.notified() => None,
+                    p = daemon.slots.clone().acquire_owned() => Ok(p.ok()),
+                    () = cancel.notified() => Err("cancelled while queued"),
+                    () = daemon.jobs.draining() => Err("cancelled while queued: the daemon is shutting down"),
                 };
                 daemon.queued.fetch_sub(1, Ordering::SeqCst);
                 match acquired {
-                    Some(p) => p,
-                    None => {
+                    Ok(Some(p)) => p,
+                    Ok(None) | Err(_) => {
                         over.store(true, Ordering::SeqCst);
-                        let outcome = outcome::not_started(job_id, &req.profile, Reason::Cancelled, "cancelled while queued");
+                        let why = acquired.err().unwrap_or("cancelled while queued");
+                        let outcome = outcome::not_started(job_id, &req.profile, Reason::Cancelled, why);
                         send(&sock, &Event::Finished(Box::new(outcome))).await;
                         return;
                     }
@@ -128,7 +147,7 @@ async fn execute(
     stdin: Option<mpsc::UnboundedReceiver<Vec<u8>>>,
     cancel: &Arc<Notify>,
 ) -> Result<vivarium_proto::Outcome, String> {
-    let active = &daemon.profiles[&req.profile];
+    let active = &req.active;
     let plan = plan::build(
         job_id,
         &active.profile,
@@ -158,6 +177,11 @@ async fn execute(
         .map_err(|e| crate::error_chain(&e))?;
     // The spawner has its copies now; ours would keep the pipes open forever.
     drop((code, in_r, out_w, err_w));
+    // Past the drain's grace period a job that only now reached the spawner is killed.
+    let (_running, late) = daemon.jobs.running(job_id);
+    if late {
+        daemon.spawner.kill(job_id, KillCause::Shutdown).await;
+    }
 
     let cap = req.limits.output_bytes;
     let kill_on_cap = active.profile.file.limits.on_output_limit == OutputPolicy::Kill;

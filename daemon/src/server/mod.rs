@@ -2,10 +2,12 @@
 //! bytes, queues jobs, streams output, and turns evidence into outcomes. It owns no
 //! privileged step; those are the spawner's.
 
+pub mod activation;
 mod auth;
 pub use auth::resolve_groups;
 mod conn;
 mod job;
+pub mod lifecycle;
 pub mod outcome;
 pub mod spawner_client;
 
@@ -16,8 +18,8 @@ use crate::sandbox::seccomp;
 use spawner_client::{HostFacts, SpawnerClient};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, AtomicUsize};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use tokio::sync::Semaphore;
 use vivarium_proto::{CgroupVersion, ProfileInfo};
 
@@ -93,17 +95,34 @@ pub fn activate(profile: Profile, facts: &HostFacts) -> ActiveProfile {
     }
 }
 
+/// What SIGHUP replaces: the config as last (re)loaded, the profiles activated from it
+/// and its resolved groups. A job holds the `Arc<ActiveProfile>` it was admitted with,
+/// so a reload never changes a job that is queued or running.
+pub struct Live {
+    pub config: Config,
+    pub profiles: BTreeMap<String, Arc<ActiveProfile>>,
+    pub allowed_gids: Vec<u32>,
+}
+
 /// Shared server state.
 pub struct Daemon {
+    /// The config the daemon started with: the settings that only take effect at start
+    /// (socket, state dir, cgroup subtree, id base, slots). Reloadable settings are read
+    /// from [`Daemon::live`].
     pub config: Config,
-    pub profiles: BTreeMap<String, ActiveProfile>,
+    live: RwLock<Arc<Live>>,
     pub facts: HostFacts,
     pub spawner: SpawnerClient,
     pub slots: Arc<Semaphore>,
     pub queued: AtomicUsize,
     pub next_job: AtomicU64,
-    pub allowed_gids: Vec<u32>,
     pub own_uid: u32,
+    /// Jobs in flight (drain, quotas, idleness, STATUS=).
+    pub jobs: lifecycle::JobBook,
+    /// Open client connections (idleness).
+    pub connections: AtomicUsize,
+    /// Why the last SIGHUP reload failed, until one succeeds.
+    pub reload_error: Mutex<Option<String>>,
 }
 
 impl Daemon {
@@ -116,26 +135,52 @@ impl Daemon {
     ) -> Self {
         let profiles = profiles
             .into_iter()
-            .map(|p| (p.name.clone(), activate(p, &facts)))
+            .map(|p| (p.name.clone(), Arc::new(activate(p, &facts))))
             .collect();
+        let live = Live {
+            config: config.clone(),
+            profiles,
+            allowed_gids,
+        };
         Daemon {
             slots: Arc::new(Semaphore::new(config.max_concurrent_jobs)),
             config,
-            profiles,
+            live: RwLock::new(Arc::new(live)),
             facts,
             spawner,
             queued: AtomicUsize::new(0),
             next_job: AtomicU64::new(1),
-            allowed_gids,
             own_uid: nix::unistd::geteuid().as_raw(),
+            jobs: lifecycle::JobBook::default(),
+            connections: AtomicUsize::new(0),
+            reload_error: Mutex::new(None),
         }
     }
 
+    /// The current reloadable settings and profiles.
+    pub fn live(&self) -> Arc<Live> {
+        self.live.read().expect("live lock").clone()
+    }
+
+    pub fn replace_live(&self, live: Live) {
+        *self.live.write().expect("live lock") = Arc::new(live);
+    }
+
     pub fn enabled_profiles(&self) -> usize {
-        self.profiles
+        self.live()
+            .profiles
             .values()
             .filter(|p| p.disabled.is_none())
             .count()
+    }
+}
+
+/// Counts a connection for as long as its task runs.
+struct ConnectionGuard(Arc<Daemon>);
+
+impl Drop for ConnectionGuard {
+    fn drop(&mut self) {
+        self.0.connections.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -151,8 +196,12 @@ pub async fn serve(
             _ = &mut stop => break,
             accepted = listener.accept() => match accepted {
                 Ok(sock) => {
-                    let daemon = daemon.clone();
-                    tokio::spawn(async move { conn::serve(daemon, sock).await });
+                    daemon.connections.fetch_add(1, Ordering::SeqCst);
+                    let guard = ConnectionGuard(daemon.clone());
+                    tokio::spawn(async move {
+                        conn::serve(guard.0.clone(), sock).await;
+                        drop(guard);
+                    });
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "accept failed");

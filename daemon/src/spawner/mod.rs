@@ -11,7 +11,7 @@ use crate::cgroup::{Cgroups, JobCgroup, Limits, Version};
 use crate::sandbox::init::{self, InitArgs, InitFds, Prepared};
 use crate::sandbox::plan::{JobPlan, SANDBOX_GID, SANDBOX_UID};
 use crate::sandbox::report::{decode_all, Failure, InitMsg};
-use crate::sys;
+use crate::{error_chain, sys};
 use link::{FromSpawner, JobReport, KillCause, SpawnerConfig, ToSpawner, LINK_FD, MAX_LINK_FRAME};
 use nix::fcntl::OFlag;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
@@ -164,17 +164,6 @@ fn wire_version(v: Version) -> CgroupVersion {
         Version::V1 => CgroupVersion::V1,
         Version::V2 => CgroupVersion::V2,
     }
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
 }
 
 impl Spawner {
