@@ -29,6 +29,16 @@ pub struct DaemonOpts {
     pub env: Vec<(String, String)>,
     /// Put the state directory inside a directory of this mode (e.g. 0o700).
     pub state_parent_mode: Option<u32>,
+    /// Extra raw lines for the daemon's config file (e.g. `shutdown_grace_ms = 500`).
+    pub config_lines: Vec<String>,
+    /// Start the daemon under `systemd-socket-activate --seqpacket -l <socket>`, which
+    /// binds the socket and execs the daemon on the first connection.
+    pub socket_activated: bool,
+    /// `NOTIFY_SOCKET` for the daemon (a datagram socket the test reads).
+    pub notify_socket: Option<PathBuf>,
+    /// A command the daemon is started through (e.g. `setpriv --bounding-set ...`); the
+    /// daemon's path and arguments follow it.
+    pub exec_prefix: Vec<String>,
 }
 
 impl Default for DaemonOpts {
@@ -42,6 +52,10 @@ impl Default for DaemonOpts {
             extra_profiles: Vec::new(),
             env: Vec::new(),
             state_parent_mode: None,
+            config_lines: Vec::new(),
+            socket_activated: false,
+            notify_socket: None,
+            exec_prefix: Vec::new(),
         }
     }
 }
@@ -76,6 +90,22 @@ impl DaemonOpts {
         self.state_parent_mode = Some(mode);
         self
     }
+    pub fn config_line(mut self, line: &str) -> Self {
+        self.config_lines.push(line.into());
+        self
+    }
+    pub fn socket_activated(mut self) -> Self {
+        self.socket_activated = true;
+        self
+    }
+    pub fn notify_socket(mut self, path: &Path) -> Self {
+        self.notify_socket = Some(path.to_owned());
+        self
+    }
+    pub fn exec_prefix(mut self, command: &[&str]) -> Self {
+        self.exec_prefix = command.iter().map(|s| s.to_string()).collect();
+        self
+    }
 }
 
 /// The repository's default profile with some `key = value` lines replaced, for
@@ -106,7 +136,10 @@ pub struct Daemon {
     log: PathBuf,
     cgroup_subtree: String,
     config: PathBuf,
+    profiles_dir: PathBuf,
     env: Vec<(String, String)>,
+    socket_activated: bool,
+    exec_prefix: Vec<String>,
 }
 
 impl Daemon {
@@ -173,8 +206,17 @@ impl Daemon {
             profiles = profiles_dir.display().to_string(),
             state = state_dir.display().to_string(),
         );
+        let mut config = config;
+        for line in &opts.config_lines {
+            config.push_str(line);
+            config.push('\n');
+        }
         let config_path = dir.path().join("vivariumd.toml");
         std::fs::write(&config_path, config).expect("write config");
+        let mut env = opts.env;
+        if let Some(notify) = &opts.notify_socket {
+            env.push(("NOTIFY_SOCKET".into(), notify.display().to_string()));
+        }
         let mut daemon = Daemon {
             child: None,
             dir: Some(dir),
@@ -183,7 +225,10 @@ impl Daemon {
             log,
             cgroup_subtree,
             config: config_path,
-            env: opts.env,
+            profiles_dir,
+            env,
+            socket_activated: opts.socket_activated,
+            exec_prefix: opts.exec_prefix,
         };
         daemon.spawn()?;
         Ok(daemon)
@@ -196,7 +241,25 @@ impl Daemon {
             .append(true)
             .open(&self.log)
             .expect("log file");
-        let mut cmd = Command::new(bin("vivariumd"));
+        let mut cmd = if self.socket_activated {
+            // systemd-socket-activate hands the daemon only the variables named with -E.
+            let mut cmd = Command::new("systemd-socket-activate");
+            cmd.arg("--seqpacket").arg("-l").arg(&self.socket);
+            for (k, v) in [("VIVARIUM_LOG", "info"), ("NO_COLOR", "1")]
+                .into_iter()
+                .chain(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            {
+                cmd.arg("-E").arg(format!("{k}={v}"));
+            }
+            cmd.arg(bin("vivariumd"));
+            cmd
+        } else if let Some((first, rest)) = self.exec_prefix.split_first() {
+            let mut cmd = Command::new(first);
+            cmd.args(rest).arg(bin("vivariumd"));
+            cmd
+        } else {
+            Command::new(bin("vivariumd"))
+        };
         cmd.arg("--config")
             .arg(&self.config)
             .env_remove("VIVARIUM_SOCKET")
@@ -269,6 +332,29 @@ impl Daemon {
 
     pub fn cgroup_subtree(&self) -> &str {
         &self.cgroup_subtree
+    }
+
+    /// The daemon's config file (tests may rewrite it and send SIGHUP).
+    pub fn config_path(&self) -> &Path {
+        &self.config
+    }
+
+    /// The profiles directory the daemon reads (a private copy when the options added
+    /// profiles).
+    pub fn profiles_dir(&self) -> &Path {
+        &self.profiles_dir
+    }
+
+    /// Send `sig` to the daemon.
+    pub fn signal(&self, sig: Signal) {
+        kill(Pid::from_raw(self.pid()), sig).expect("signal the daemon");
+    }
+
+    /// Whether the daemon process has exited (reaping it if so).
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
     }
 
     /// The daemon's pid (the process this harness started).

@@ -245,11 +245,12 @@ pub async fn run(
     mut signals: Signals,
     opts: RunOpts,
 ) -> Stop {
-    let status = tokio::spawn(report_status(daemon.clone()));
-    notify(&[
-        NotifyState::Ready,
-        NotifyState::Status(&status_line(&daemon)),
-    ]);
+    if !opts.activated && daemon.live().config.idle_exit_secs > 0 {
+        tracing::info!("idle_exit_secs applies only to a socket-activated daemon; ignored");
+    }
+    let first = status_line(&daemon);
+    notify(&[NotifyState::Ready, NotifyState::Status(&first)]);
+    let status = tokio::spawn(report_status(daemon.clone(), first));
     let mut stop = Stop::Signal;
     let wait = async {
         stop = wait_for_stop(&daemon, &mut signals, &opts).await;
@@ -260,7 +261,7 @@ pub async fn run(
             Stop::Idle => "idle",
             _ => "stop requested",
         };
-        drain(&daemon, why).await;
+        drain(&daemon, why, &mut signals).await;
     }
     status.abort();
     stop
@@ -381,8 +382,7 @@ fn status_line(daemon: &Daemon) -> String {
 }
 
 /// Keep STATUS= current: send it whenever it changes (checked every 500 ms).
-async fn report_status(daemon: Arc<Daemon>) {
-    let mut last = String::new();
+async fn report_status(daemon: Arc<Daemon>, mut last: String) {
     let mut tick = tokio::time::interval(Duration::from_millis(500));
     loop {
         tick.tick().await;
@@ -394,9 +394,10 @@ async fn report_status(daemon: Arc<Daemon>) {
     }
 }
 
-/// Stop admitting, cancel the queue, let running jobs finish within the grace period,
-/// then kill the rest and wait for their outcomes to be sent.
-async fn drain(daemon: &Daemon, why: &str) {
+/// Stop admitting, cancel the queue, let running jobs finish within the grace period
+/// (or until a second stop signal), then kill the rest and wait for their outcomes to
+/// be sent.
+async fn drain(daemon: &Daemon, why: &str, signals: &mut Signals) {
     let grace = Duration::from_millis(daemon.live().config.shutdown_grace_ms);
     daemon.jobs.draining.send_replace(true);
     let (running, active) = daemon.jobs.counts();
@@ -411,7 +412,13 @@ async fn drain(daemon: &Daemon, why: &str) {
         NotifyState::Stopping,
         NotifyState::Status(&status_line(daemon)),
     ]);
-    if wait_idle(daemon, grace).await {
+    // A second SIGTERM or SIGINT cuts the grace period short.
+    let finished = tokio::select! {
+        done = wait_idle(daemon, grace) => done,
+        _ = signals.term.recv() => false,
+        _ = signals.int.recv() => false,
+    };
+    if finished {
         return;
     }
     let doomed: Vec<u64> = {

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Install vivariumd as a socket-activated system service:
+#   sudo dist/install.sh            build, install and start
+#   sudo dist/install.sh --no-build install an already-built target/release/vivariumd
+#   dist/install.sh --user          install and start the per-user (rootless) units
+# Environment: PREFIX (default /usr/local), SYSCONFDIR (default /etc),
+# UNITDIR (default /etc/systemd/system), PROFILES_SRC (default <repo>/profiles).
+set -euo pipefail
+
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+PREFIX="${PREFIX:-/usr/local}"
+SYSCONFDIR="${SYSCONFDIR:-/etc}"
+UNITDIR="${UNITDIR:-/etc/systemd/system}"
+PROFILES_SRC="${PROFILES_SRC:-$repo/profiles}"
+build=1
+mode=system
+for arg in "$@"; do
+  case "$arg" in
+    --no-build) build=0 ;;
+    --user) mode=user ;;
+    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    *) echo "install.sh: unknown argument $arg" >&2; exit 2 ;;
+  esac
+done
+
+if [ "$mode" = user ]; then
+  # Per-user units: the daemon from ~/.cargo/bin, config in ~/.config/vivarium.
+  [ "$build" = 1 ] && cargo install --locked --path "$repo/daemon"
+  [ "$build" = 1 ] && cargo install --locked --path "$repo/client"
+  conf="${XDG_CONFIG_HOME:-$HOME/.config}/vivarium"
+  units="${XDG_CONFIG_HOME:-$HOME/.config}/systemd/user"
+  install -d -m 0755 "$conf" "$conf/profiles" "$units"
+  cp -rn "$PROFILES_SRC/." "$conf/profiles/"
+  if [ ! -e "$conf/vivariumd.toml" ]; then
+    sed -e "s|^profiles_dir = .*|profiles_dir = \"profiles\"|" \
+        -e "s|^allow_groups = .*|allow_groups = []|" \
+        "$repo/dist/vivariumd.toml" > "$conf/vivariumd.toml"
+  fi
+  install -m 0644 "$repo/dist/systemd/user/vivariumd.socket" "$repo/dist/systemd/user/vivariumd.service" "$units/"
+  systemctl --user daemon-reload
+  systemctl --user enable --now vivariumd.socket
+  echo "installed and started the user units: viv run FILE (socket \$XDG_RUNTIME_DIR/vivarium/vivariumd.sock)."
+  echo "without a delegated cgroup v2 subtree only the 'rootless' profile is enabled: viv run --profile rootless FILE"
+  exit 0
+fi
+
+if [ "$(id -u)" != 0 ]; then
+  echo "install.sh: the system service install needs root (or use --user)" >&2
+  exit 1
+fi
+
+# 1. The binaries: vivariumd (the daemon) and viv (the client).
+if [ "$build" = 1 ]; then
+  cargo install --locked --root "$PREFIX" --path "$repo/daemon"
+  cargo install --locked --root "$PREFIX" --path "$repo/client"
+else
+  install -D -m 0755 "$repo/target/release/vivariumd" "$PREFIX/bin/vivariumd"
+  install -D -m 0755 "$repo/target/release/viv" "$PREFIX/bin/viv"
+fi
+
+# 2. The group whose members may connect (socket 0660 root:vivarium).
+getent group vivarium >/dev/null || groupadd --system vivarium
+
+# 3. Config and profiles; existing files are kept.
+install -d -m 0755 "$SYSCONFDIR/vivarium" "$SYSCONFDIR/vivarium/profiles"
+if [ ! -e "$SYSCONFDIR/vivarium/vivariumd.toml" ]; then
+  sed "s|^profiles_dir = .*|profiles_dir = \"$SYSCONFDIR/vivarium/profiles\"|" \
+    "$repo/dist/vivariumd.toml" > "$SYSCONFDIR/vivarium/vivariumd.toml"
+  chmod 0644 "$SYSCONFDIR/vivarium/vivariumd.toml"
+fi
+cp -rn "$PROFILES_SRC/." "$SYSCONFDIR/vivarium/profiles/"
+
+# 4. The units, with ExecStart pointing at where the daemon was installed.
+sed "s|/usr/local/bin/vivariumd|$PREFIX/bin/vivariumd|; s|/etc/vivarium/vivariumd.toml|$SYSCONFDIR/vivarium/vivariumd.toml|" \
+  "$repo/dist/systemd/vivariumd.service" > "$UNITDIR/vivariumd.service"
+install -m 0644 "$repo/dist/systemd/vivariumd.socket" "$UNITDIR/vivariumd.socket"
+chmod 0644 "$UNITDIR/vivariumd.service"
+
+# 5. Check, then start listening (the daemon starts on the first connection).
+"$PREFIX/bin/vivariumd" --config "$SYSCONFDIR/vivarium/vivariumd.toml" --check
+systemctl daemon-reload
+systemctl enable --now vivariumd.socket
+echo "vivariumd.socket is listening on /run/vivarium/vivariumd.sock."
+echo "add users to the vivarium group (usermod -aG vivarium NAME) to let them run jobs."
