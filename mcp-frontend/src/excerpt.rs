@@ -1,0 +1,186 @@
+//! Head-and-tail excerpts of a job's output, so a result fits a model's context.
+
+use rmcp::schemars::JsonSchema;
+use serde::Serialize;
+
+/// One output stream as the tool reports it: an excerpt plus exact totals.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+pub struct StreamExcerpt {
+    /// The output (invalid UTF-8 replaced); when `truncated`, its head and tail with a marker
+    /// line saying how much of the middle was left out.
+    pub text: String,
+    /// Exact number of bytes the job wrote to this stream (as received).
+    pub total_bytes: u64,
+    /// Exact number of lines (a last line without a newline counts).
+    pub total_lines: u64,
+    /// True when `text` leaves out part of the output to fit the character budget.
+    pub truncated: bool,
+    /// True when the sandbox's per-stream output cap cut the stream itself.
+    pub capped_by_sandbox: bool,
+}
+
+/// Number of lines in `bytes`: newlines, plus one for a final unterminated line.
+pub fn count_lines(bytes: &[u8]) -> u64 {
+    let newlines = bytes.iter().filter(|&&b| b == b'\n').count() as u64;
+    match bytes.last() {
+        Some(b'\n') | None => newlines,
+        Some(_) => newlines + 1,
+    }
+}
+
+/// Excerpt `bytes` within `budget` characters: the whole text when it fits, else its head
+/// and tail (each snapped to a line boundary when one is near) around a marker line.
+pub fn excerpt(bytes: &[u8], budget: usize, capped_by_sandbox: bool) -> StreamExcerpt {
+    let text = String::from_utf8_lossy(bytes);
+    let total_bytes = bytes.len() as u64;
+    let total_lines = count_lines(bytes);
+    let chars = text.chars().count();
+    if chars <= budget {
+        return StreamExcerpt {
+            text: text.into_owned(),
+            total_bytes,
+            total_lines,
+            truncated: false,
+            capped_by_sandbox,
+        };
+    }
+    // Room for the marker, which never exceeds this many characters.
+    const MARKER_ROOM: usize = 80;
+    let room = budget.saturating_sub(MARKER_ROOM);
+    let head_chars = room / 2;
+    let tail_chars = room - head_chars;
+    let head = snap_head(prefix_chars(&text, head_chars));
+    let tail = snap_tail(suffix_chars(&text, tail_chars));
+    let omitted = &text[head.len()..text.len() - tail.len()];
+    let marker = format!(
+        "[... {} bytes, {} lines omitted ...]",
+        omitted.len(),
+        omitted.matches('\n').count()
+    );
+    let sep = if head.is_empty() || head.ends_with('\n') {
+        ""
+    } else {
+        "\n"
+    };
+    StreamExcerpt {
+        text: format!("{head}{sep}{marker}\n{tail}"),
+        total_bytes,
+        total_lines,
+        truncated: true,
+        capped_by_sandbox,
+    }
+}
+
+/// The last `max_chars` characters of `text`, starting at a line when one starts nearby.
+pub fn tail_text(text: &str, max_chars: usize) -> &str {
+    if text.chars().count() <= max_chars {
+        return text;
+    }
+    snap_tail(suffix_chars(text, max_chars))
+}
+
+fn prefix_chars(text: &str, n: usize) -> &str {
+    match text.char_indices().nth(n) {
+        Some((at, _)) => &text[..at],
+        None => text,
+    }
+}
+
+fn suffix_chars(text: &str, n: usize) -> &str {
+    let count = text.chars().count();
+    if n >= count {
+        return text;
+    }
+    let (at, _) = text.char_indices().nth(count - n).expect("within bounds");
+    &text[at..]
+}
+
+/// Cut a head back to its last newline if that keeps at least 3/4 of it.
+fn snap_head(head: &str) -> &str {
+    match head.rfind('\n') {
+        Some(at) if at + 1 >= head.len() * 3 / 4 => &head[..at + 1],
+        _ => head,
+    }
+}
+
+/// Start a tail after its first newline if that keeps at least 3/4 of it.
+fn snap_tail(tail: &str) -> &str {
+    match tail.find('\n') {
+        Some(at) if tail.len() - (at + 1) >= tail.len() * 3 / 4 => &tail[at + 1..],
+        _ => tail,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_output_is_whole() {
+        let e = excerpt(b"a\nb\n", 100, false);
+        assert_eq!(
+            e,
+            StreamExcerpt {
+                text: "a\nb\n".into(),
+                total_bytes: 4,
+                total_lines: 2,
+                truncated: false,
+                capped_by_sandbox: false,
+            }
+        );
+    }
+
+    #[test]
+    fn line_counts() {
+        assert_eq!(count_lines(b""), 0);
+        assert_eq!(count_lines(b"x"), 1);
+        assert_eq!(count_lines(b"x\n"), 1);
+        assert_eq!(count_lines(b"x\ny"), 2);
+        assert_eq!(count_lines(b"\n\n"), 2);
+    }
+
+    #[test]
+    fn long_output_keeps_head_and_tail_within_budget() {
+        let text: String = (0..10_000).map(|i| format!("line {i}\n")).collect();
+        let e = excerpt(text.as_bytes(), 1_000, true);
+        assert!(e.truncated);
+        assert!(e.capped_by_sandbox);
+        assert_eq!(e.total_bytes, text.len() as u64);
+        assert_eq!(e.total_lines, 10_000);
+        assert!(e.text.chars().count() <= 1_000, "{}", e.text.len());
+        assert!(e.text.starts_with("line 0\nline 1\n"));
+        assert!(e.text.ends_with("line 9999\n"));
+        assert!(e.text.contains("lines omitted ...]\n"));
+        // Snapped to line boundaries: every line is whole.
+        for line in e.text.lines() {
+            assert!(
+                line.starts_with("line ") || line.starts_with("[... "),
+                "{line:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn multibyte_text_is_cut_on_char_boundaries() {
+        let text = "é".repeat(5_000);
+        let e = excerpt(text.as_bytes(), 500, false);
+        assert!(e.truncated);
+        assert_eq!(e.total_bytes, 10_000);
+        assert!(e.text.chars().count() <= 500);
+    }
+
+    #[test]
+    fn invalid_utf8_is_replaced_but_bytes_are_exact() {
+        let e = excerpt(&[0xff, b'a', b'\n'], 100, false);
+        assert_eq!(e.text, "\u{fffd}a\n");
+        assert_eq!(e.total_bytes, 3);
+    }
+
+    #[test]
+    fn tail_text_starts_at_a_line() {
+        let text = "first line is long enough\nsecond\nthird\n";
+        assert_eq!(tail_text(text, 100), text);
+        assert_eq!(tail_text(text, 16), "second\nthird\n");
+    }
+}

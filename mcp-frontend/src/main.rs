@@ -1,0 +1,66 @@
+//! `vivarium-mcp`: parse flags, log to stderr, serve MCP on stdio.
+#![forbid(unsafe_code)]
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+
+/// MCP server (stdio) with a `run_python` tool that runs code in the Vivarium sandbox.
+#[derive(Debug, Parser)]
+#[command(name = "vivarium-mcp", version)]
+struct Args {
+    /// The daemon's socket [default: VIVARIUM_SOCKET, else the daemon's default path].
+    #[arg(long)]
+    socket: Option<PathBuf>,
+    /// run_python calls allowed per minute (0: unlimited).
+    #[arg(long, default_value_t = 60, env = "VIVARIUM_MCP_CALLS_PER_MINUTE")]
+    max_calls_per_minute: u32,
+    /// run_python calls running at once.
+    #[arg(long, default_value_t = 4, env = "VIVARIUM_MCP_MAX_JOBS", value_parser = clap::value_parser!(u32).range(1..))]
+    max_concurrent_jobs: u32,
+    /// Characters of stdout and of stderr returned (head and tail excerpt), each.
+    #[arg(long, default_value_t = 8000, env = "VIVARIUM_MCP_OUTPUT_CHARS", value_parser = clap::value_parser!(u32).range(200..))]
+    output_chars: u32,
+    /// The profile used when a call names none.
+    #[arg(long, default_value = "default")]
+    profile: String,
+    /// Seconds between progress notifications while a job runs.
+    #[arg(long, default_value_t = 1.0)]
+    progress_interval: f64,
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    // stdout carries JSON-RPC only: every log line goes to stderr.
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("VIVARIUM_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+    let config = vivarium_mcp::Config {
+        socket: vivarium_mcp::server::socket_path(args.socket),
+        max_calls_per_minute: args.max_calls_per_minute,
+        max_concurrent_jobs: args.max_concurrent_jobs as usize,
+        output_budget: args.output_chars as usize,
+        default_profile: args.profile,
+        progress_interval: Duration::from_secs_f64(args.progress_interval.clamp(0.1, 10.0)),
+    };
+    match vivarium_mcp::serve_stdio(config).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            let mut text = format!("vivarium-mcp: {e}");
+            let mut source = std::error::Error::source(&e);
+            while let Some(s) = source {
+                text.push_str(&format!(": {s}"));
+                source = s.source();
+            }
+            eprintln!("{text}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,416 @@
+//! The MCP server: `tools/list` and `tools/call` for `run_python`, each call one job on
+//! its own daemon connection.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
+    ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::{Peer, RequestContext};
+use rmcp::{ErrorData, RoleServer, ServerHandler};
+use tokio::sync::watch;
+use tracing::{debug, info, warn};
+use vivarium_client::{Client, ClientError, Job, JobEvent, ProfileInfo, Stream};
+use vivarium_proto::ErrorCode;
+
+use crate::limiter::Limiter;
+use crate::tool::{self, RunPythonArgs, TOOL_NAME};
+use crate::Config;
+
+/// The name this server announces to the daemon and to MCP clients.
+pub const SERVER_NAME: &str = "vivarium-mcp";
+
+/// How long connecting and the hello may take before the daemon counts as unreachable.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The `run_python` server; cheap to clone (shared state behind `Arc`).
+#[derive(Clone)]
+pub struct VivariumServer {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: Config,
+    limiter: Limiter,
+    /// The daemon's profiles, once it has answered.
+    profiles: Mutex<Option<Vec<ProfileInfo>>>,
+    /// Becomes true when stdin reaches EOF: every running job is then killed.
+    eof: watch::Receiver<bool>,
+}
+
+impl VivariumServer {
+    /// A server for `config`, with the daemon's profiles if it answered at startup.
+    pub fn new(
+        config: Config,
+        profiles: Option<Vec<ProfileInfo>>,
+        eof: watch::Receiver<bool>,
+    ) -> VivariumServer {
+        let limiter = Limiter::new(config.max_calls_per_minute, config.max_concurrent_jobs);
+        VivariumServer {
+            inner: Arc::new(Inner {
+                config,
+                limiter,
+                profiles: Mutex::new(profiles),
+                eof,
+            }),
+        }
+    }
+
+    fn profiles(&self) -> Option<Vec<ProfileInfo>> {
+        self.inner
+            .profiles
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The tool, asking the daemon for its profiles first if they are not known yet.
+    async fn current_tool(&self) -> Tool {
+        if self.profiles().is_none() {
+            if let Some(found) =
+                fetch_profiles(&self.inner.config.socket, Duration::from_secs(1)).await
+            {
+                *self
+                    .inner
+                    .profiles
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner()) = Some(found);
+            }
+        }
+        tool::tool(
+            self.profiles().as_deref(),
+            &self.inner.config.default_profile,
+        )
+    }
+
+    /// Run one admitted call to its end (or until the request is cancelled).
+    async fn run(
+        &self,
+        args: RunPythonArgs,
+        context: &RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        let config = &self.inner.config;
+        let profile = args
+            .profile
+            .clone()
+            .unwrap_or_else(|| config.default_profile.clone());
+        if let Err(text) =
+            tool::check_timeout(args.timeout_seconds, &profile, self.profiles().as_deref())
+        {
+            return tool_error(text);
+        }
+        let client_name = format!("{SERVER_NAME}/{}", env!("CARGO_PKG_VERSION"));
+        let connect = Client::connect_as(&config.socket, &client_name);
+        let mut client = match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
+            Ok(Ok(client)) => client,
+            Ok(Err(e)) => return tool_error(connect_error_text(&config.socket, &e)),
+            Err(_) => return tool_error(connect_timeout_text(&config.socket)),
+        };
+        let mut job = Job::new(args.code).profile(profile.clone());
+        if let Some(t) = args.timeout_seconds {
+            job = job.wall_ms(tool::timeout_ms(t));
+        }
+        let stdin = args.stdin.map(String::into_bytes);
+        let mut handle = match client.submit(&job, stdin.as_deref()).await {
+            Ok(handle) => handle,
+            Err(e) => return tool_error(job_error_text(&e)),
+        };
+        // `JobHandle` is not `Sync`, so `handle.cancel()` cannot be awaited in a `Send`
+        // future; a `Canceller` can.
+        let canceller = handle.canceller();
+        let mut progress = context.meta.get_progress_token().map(|token| Progress {
+            peer: context.peer.clone(),
+            token,
+            started: Instant::now(),
+            last: 0.0,
+        });
+        let mut ticker = tokio::time::interval(config.progress_interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        ticker.tick().await; // the first tick is immediate
+        let mut eof = self.inner.eof.clone();
+        let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+        let mut latest_line = String::new();
+        let outcome = loop {
+            tokio::select! {
+                biased;
+                () = context.ct.cancelled() => {
+                    // Cancel, then close the connection: either alone kills the job.
+                    let _ = tokio::time::timeout(Duration::from_millis(200), canceller.cancel()).await;
+                    drop(handle);
+                    info!(profile, "request cancelled; job killed");
+                    return tool_error("cancelled: the job was killed".into());
+                }
+                () = crate::until_eof(&mut eof) => {
+                    drop(handle);
+                    info!(profile, "stdin closed; job killed");
+                    return tool_error("the MCP client went away: the job was killed".into());
+                }
+                event = handle.next_event() => match event {
+                    Ok(Some(JobEvent::Output(stream, bytes))) => {
+                        if let Some(line) = last_line(&bytes) {
+                            latest_line = line;
+                        }
+                        match stream {
+                            Stream::Stdout => stdout.extend_from_slice(&bytes),
+                            Stream::Stderr => stderr.extend_from_slice(&bytes),
+                        }
+                    }
+                    Ok(Some(JobEvent::Finished(outcome))) => break outcome,
+                    Ok(Some(JobEvent::Started { job_id, .. })) => {
+                        debug!(job_id, profile, "job started");
+                    }
+                    Ok(Some(JobEvent::Queued { position })) => {
+                        latest_line = format!("queued in the daemon (position {position})");
+                    }
+                    Ok(None) => return tool_error("the daemon ended the job without an outcome".into()),
+                    Err(e) => return tool_error(job_error_text(&e)),
+                },
+                _ = ticker.tick(), if progress.is_some() => {
+                    if let Some(p) = progress.as_mut() {
+                        p.send(&latest_line).await;
+                    }
+                }
+            }
+        };
+        info!(
+            job_id = outcome.job_id,
+            profile,
+            reason = tool::reason_name(outcome.reason),
+            "job finished"
+        );
+        tool::call_result(&outcome, &stdout, &stderr, config.output_budget)
+    }
+}
+
+/// Progress notifications for one request: its token, strictly increasing values.
+struct Progress {
+    peer: Peer<RoleServer>,
+    token: ProgressToken,
+    started: Instant,
+    last: f64,
+}
+
+impl Progress {
+    async fn send(&mut self, latest_line: &str) {
+        let elapsed = self.started.elapsed().as_secs_f64();
+        // Whole tenths of seconds, strictly above the last value sent.
+        let value = ((elapsed * 10.0).floor() / 10.0).max(self.last + 0.1);
+        self.last = value;
+        let message = if latest_line.is_empty() {
+            format!("running for {elapsed:.0} s, no output yet")
+        } else {
+            format!("running for {elapsed:.0} s; latest output: {latest_line}")
+        };
+        let param = ProgressNotificationParam::new(self.token.clone(), value).with_message(message);
+        if let Err(e) = self.peer.notify_progress(param).await {
+            debug!(error = %e, "progress notification not sent");
+        }
+    }
+}
+
+/// The last non-empty line of an output chunk, at most 200 characters.
+fn last_line(bytes: &[u8]) -> Option<String> {
+    let text = String::from_utf8_lossy(bytes);
+    let line = text.lines().rev().map(str::trim).find(|l| !l.is_empty())?;
+    Some(line.chars().take(200).collect())
+}
+
+fn tool_error(text: String) -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text(text)])
+}
+
+/// How to start a daemon, for the message a newcomer sees first.
+fn start_hint(socket: &Path) -> String {
+    format!(
+        "Start one with `sudo vivariumd --profiles /path/to/vivarium/profiles` (full isolation \
+         and cgroup limits), or without root with `vivariumd --profiles /path/to/vivarium/profiles` \
+         and use the `rootless` profile (limits by rlimits unless the user service has a \
+         delegated cgroup v2 subtree; `dist/install.sh --user` sets that up). Add `--config FILE` \
+         with `socket = \"{}\"` for a non-default socket, or point this server at a running \
+         daemon with `vivarium-mcp --socket PATH` or VIVARIUM_SOCKET=PATH.",
+        socket.display()
+    )
+}
+
+/// The tool error for a failed connect or hello.
+pub fn connect_error_text(socket: &Path, e: &ClientError) -> String {
+    match e {
+        ClientError::Connect { source, .. }
+            if source.kind() == std::io::ErrorKind::PermissionDenied =>
+        {
+            format!(
+                "permission denied connecting to the Vivarium daemon at {}: this user may not use \
+                 its socket. Run this server as a user the daemon admits (`allow_uids` / \
+                 `allow_groups` and `socket_mode` in the daemon config).",
+                socket.display()
+            )
+        }
+        ClientError::Connect { source, .. } => format!(
+            "no Vivarium daemon is reachable at {} ({source}). {}",
+            socket.display(),
+            start_hint(socket)
+        ),
+        ClientError::Refused(w) if w.code == ErrorCode::NotAuthorized => format!(
+            "the Vivarium daemon at {} does not admit this user: {}. Add the uid or a group to \
+             `allow_uids` / `allow_groups` in the daemon config.",
+            socket.display(),
+            w.message
+        ),
+        other => format!(
+            "cannot talk to the Vivarium daemon at {}: {}",
+            socket.display(),
+            error_chain(other)
+        ),
+    }
+}
+
+fn connect_timeout_text(socket: &Path) -> String {
+    format!(
+        "the Vivarium daemon at {} did not answer within {} s; is it overloaded or stuck?",
+        socket.display(),
+        CONNECT_TIMEOUT.as_secs()
+    )
+}
+
+/// The tool error for a job the daemon refused or lost.
+fn job_error_text(e: &ClientError) -> String {
+    match e {
+        ClientError::Refused(w) => match w.code {
+            ErrorCode::Busy => format!(
+                "the daemon is busy (every job slot and queue place is taken): {}; retry shortly",
+                w.message
+            ),
+            ErrorCode::UnknownProfile | ErrorCode::ProfileDisabled => format!(
+                "invalid profile: {} (see the `profile` parameter for the available ones)",
+                w.message
+            ),
+            ErrorCode::LimitOutOfRange => format!("invalid timeout_seconds: {}", w.message),
+            _ => format!("the daemon refused the job ({:?}): {}", w.code, w.message),
+        },
+        other => format!(
+            "the daemon connection failed during the job: {}",
+            error_chain(other)
+        ),
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(&format!(": {s}"));
+        source = s.source();
+    }
+    text
+}
+
+/// The daemon's profiles, or `None` if it does not answer within `timeout`.
+pub async fn fetch_profiles(socket: &Path, timeout: Duration) -> Option<Vec<ProfileInfo>> {
+    let name = format!("{SERVER_NAME}/{}", env!("CARGO_PKG_VERSION"));
+    let ask = async {
+        let mut client = Client::connect_as(socket, &name).await?;
+        client.list_profiles().await
+    };
+    match tokio::time::timeout(timeout, ask).await {
+        Ok(Ok(profiles)) => Some(profiles),
+        Ok(Err(e)) => {
+            warn!(socket = %socket.display(), error = %error_chain(&e), "daemon not reachable; the first tool call will say how to start it");
+            None
+        }
+        Err(_) => {
+            warn!(socket = %socket.display(), "daemon did not answer the profile list in time");
+            None
+        }
+    }
+}
+
+impl ServerHandler for VivariumServer {
+    fn get_info(&self) -> ServerConfig {
+        let mut info = ServerConfig::new(ServerCapabilities::builder().enable_tools().build());
+        info.server_info = Implementation::new(SERVER_NAME, env!("CARGO_PKG_VERSION"));
+        info.instructions = Some(
+            "Use run_python to execute Python code in an isolated, disposable sandbox (no \
+             network, resource limits). Each call is independent."
+                .into(),
+        );
+        info
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(vec![
+            self.current_tool().await,
+        ]))
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        (name == TOOL_NAME).then(|| {
+            tool::tool(
+                self.profiles().as_deref(),
+                &self.inner.config.default_profile,
+            )
+        })
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        if request.name != TOOL_NAME {
+            return Err(ErrorData::invalid_params(
+                format!(
+                    "unknown tool `{}`; this server has `{TOOL_NAME}`",
+                    request.name
+                ),
+                None,
+            ));
+        }
+        let args = match tool::parse_args(request.arguments) {
+            Ok(args) => args,
+            Err(text) => return Ok(tool_error(text).into()),
+        };
+        let _permit = match self.inner.limiter.admit() {
+            Ok(permit) => permit,
+            Err(refusal) => return Ok(tool_error(refusal.to_string()).into()),
+        };
+        Ok(self.run(args, &context).await.into())
+    }
+}
+
+/// Where the daemon's socket is: the flag, else `VIVARIUM_SOCKET`, else the default.
+pub fn socket_path(flag: Option<PathBuf>) -> PathBuf {
+    vivarium_client::resolve_socket_path(flag)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn last_line_skips_blank_tail() {
+        assert_eq!(last_line(b"a\nb\n\n").as_deref(), Some("b"));
+        assert_eq!(last_line(b"\n\n"), None);
+        assert_eq!(last_line(&[b'x'; 500]).unwrap().len(), 200);
+    }
+
+    #[test]
+    fn unreachable_daemon_says_how_to_start_one() {
+        let socket = Path::new("/nonexistent/vivariumd.sock");
+        let e = ClientError::Connect {
+            path: socket.into(),
+            source: std::io::Error::from(std::io::ErrorKind::NotFound),
+        };
+        let text = connect_error_text(socket, &e);
+        assert!(text.contains("sudo vivariumd --profiles"), "{text}");
+        assert!(text.contains("/nonexistent/vivariumd.sock"), "{text}");
+        assert!(text.contains("VIVARIUM_SOCKET"), "{text}");
+    }
+}

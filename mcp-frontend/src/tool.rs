@@ -1,0 +1,493 @@
+//! The `run_python` tool: its parameters, result, description and annotations, and the
+//! translation of a daemon outcome into an MCP result. Pure functions, unit-tested.
+
+use std::sync::Arc;
+
+use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool, ToolAnnotations};
+use rmcp::schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use vivarium_client::{format_bytes, Outcome, ProfileInfo};
+use vivarium_proto::{ExitStatus, LimitKind, Reason};
+
+use crate::excerpt::{excerpt, tail_text, StreamExcerpt};
+
+pub const TOOL_NAME: &str = "run_python";
+
+/// Arguments of `run_python`.
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+#[serde(deny_unknown_fields)]
+pub struct RunPythonArgs {
+    /// Python 3 source to run as a script (`python3 -I -u script.py`). Print what you want
+    /// to see; output is returned as head and tail excerpts when long.
+    pub code: String,
+    /// Text fed to the script's standard input (empty when omitted).
+    #[serde(default)]
+    pub stdin: Option<String>,
+    /// Wall-clock limit in seconds for this run; at most the profile's wall-clock limit,
+    /// which also applies when omitted.
+    #[serde(default)]
+    pub timeout_seconds: Option<f64>,
+    /// Sandbox profile to run under (see the tool description); `default` when omitted.
+    #[serde(default)]
+    pub profile: Option<String>,
+}
+
+/// What `run_python` returns (`structuredContent`).
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+pub struct RunPythonResult {
+    /// The interpreter's exit code; null when it was killed by a signal or never started.
+    pub exit_code: Option<i32>,
+    /// Why the job ended: ok, error (non-zero exit), timeout, cpu_limit, oom, pids,
+    /// output_limit, signal, seccomp (a forbidden system call), cancelled, sandbox_error.
+    pub reason: String,
+    /// Standard output.
+    pub stdout: StreamExcerpt,
+    /// Standard error (Python tracebacks land here).
+    pub stderr: StreamExcerpt,
+    /// Wall-clock time of the job in milliseconds.
+    pub wall_ms: u64,
+    /// CPU time used by all the job's processes, in milliseconds.
+    pub cpu_ms: u64,
+    /// Peak memory of the job in bytes.
+    pub peak_memory_bytes: u64,
+    /// Sandbox limits reached during the run: wall, cpu, memory, pids, stdout, stderr, disk.
+    pub limits_hit: Vec<String>,
+    /// The profile the job ran under.
+    pub profile: String,
+}
+
+pub fn reason_name(reason: Reason) -> &'static str {
+    match reason {
+        Reason::Ok => "ok",
+        Reason::Error => "error",
+        Reason::Timeout => "timeout",
+        Reason::CpuLimit => "cpu_limit",
+        Reason::Oom => "oom",
+        Reason::Pids => "pids",
+        Reason::OutputLimit => "output_limit",
+        Reason::Signal => "signal",
+        Reason::Seccomp => "seccomp",
+        Reason::Cancelled => "cancelled",
+        Reason::SandboxError => "sandbox_error",
+    }
+}
+
+fn limit_name(limit: LimitKind) -> &'static str {
+    match limit {
+        LimitKind::Wall => "wall",
+        LimitKind::Cpu => "cpu",
+        LimitKind::Memory => "memory",
+        LimitKind::Pids => "pids",
+        LimitKind::Stdout => "stdout",
+        LimitKind::Stderr => "stderr",
+        LimitKind::Disk => "disk",
+    }
+}
+
+/// Parse a call's arguments; the error text is meant for the model.
+pub fn parse_args(arguments: Option<JsonObject>) -> Result<RunPythonArgs, String> {
+    let value = serde_json::Value::Object(arguments.unwrap_or_default());
+    let args: RunPythonArgs = serde_json::from_value(value)
+        .map_err(|e| format!("invalid arguments for {TOOL_NAME}: {e}"))?;
+    if let Some(t) = args.timeout_seconds {
+        if !(t.is_finite() && t > 0.0) {
+            return Err(format!(
+                "invalid arguments for {TOOL_NAME}: timeout_seconds must be a positive number of seconds, got {t}"
+            ));
+        }
+    }
+    Ok(args)
+}
+
+/// Milliseconds for a timeout in seconds, rounded up, at least 1.
+pub fn timeout_ms(seconds: f64) -> u64 {
+    ((seconds * 1000.0).ceil() as u64).max(1)
+}
+
+/// A tool error text when `timeout_seconds` exceeds the wall limit of `profile` (if known).
+pub fn check_timeout(
+    timeout_seconds: Option<f64>,
+    profile: &str,
+    profiles: Option<&[ProfileInfo]>,
+) -> Result<(), String> {
+    let (Some(t), Some(p)) = (
+        timeout_seconds,
+        profiles.and_then(|ps| ps.iter().find(|p| p.name == profile)),
+    ) else {
+        return Ok(());
+    };
+    if timeout_ms(t) > p.max.wall_ms {
+        return Err(format!(
+            "invalid timeout_seconds: {t} s exceeds the wall-clock limit of profile `{profile}` \
+             ({} s); pass at most that, or omit it to get the limit",
+            p.max.wall_ms as f64 / 1000.0
+        ));
+    }
+    Ok(())
+}
+
+/// The tool as `tools/list` shows it, described with the daemon's profiles when known.
+pub fn tool(profiles: Option<&[ProfileInfo]>, default_profile: &str) -> Tool {
+    let usable: Vec<&ProfileInfo> = profiles
+        .unwrap_or_default()
+        .iter()
+        .filter(|p| p.disabled.is_none())
+        .collect();
+    let network = usable.iter().any(|p| p.network);
+    let mut input = (*rmcp::handler::server::common::schema_for_input::<RunPythonArgs>()
+        .expect("RunPythonArgs has an object schema"))
+    .clone();
+    // Doc comments wrap lines; descriptions read better as one paragraph each.
+    if let Some(serde_json::Value::Object(props)) = input.get_mut("properties") {
+        for prop in props.values_mut() {
+            if let Some(serde_json::Value::String(d)) = prop.get_mut("description") {
+                *d = d.replace('\n', " ");
+            }
+        }
+    }
+    if !usable.is_empty() {
+        let names: Vec<String> = usable
+            .iter()
+            .map(|p| format!("`{}` ({})", p.name, p.description))
+            .collect();
+        let text = format!(
+            "Sandbox profile; `{default_profile}` when omitted. Available: {}.",
+            names.join("; ")
+        );
+        if let Some(serde_json::Value::Object(props)) = input.get_mut("properties") {
+            if let Some(serde_json::Value::Object(profile)) = props.get_mut("profile") {
+                profile.insert("description".into(), text.into());
+            }
+            let default = usable.iter().find(|p| p.name == default_profile);
+            if let (Some(p), Some(serde_json::Value::Object(timeout))) =
+                (default, props.get_mut("timeout_seconds"))
+            {
+                let text = format!(
+                    "Wall-clock limit in seconds for this run; at most the profile's limit ({} s \
+                     for `{default_profile}`), which also applies when omitted.",
+                    p.max.wall_ms as f64 / 1000.0
+                );
+                timeout.insert("description".into(), text.into());
+            }
+        }
+    }
+    let output = rmcp::handler::server::common::schema_for_output::<RunPythonResult>();
+    Tool::new(
+        TOOL_NAME,
+        description(&usable, default_profile),
+        Arc::new(input),
+    )
+    .with_title("Run Python in a sandbox")
+    .with_raw_output_schema(output)
+    .with_annotations(
+        ToolAnnotations::with_title("Run Python in a sandbox")
+            .read_only(false)
+            .destructive(false)
+            .idempotent(false)
+            .open_world(network),
+    )
+}
+
+/// The tool description: what the sandbox allows, then short examples.
+pub fn description(usable: &[&ProfileInfo], default_profile: &str) -> String {
+    let default = usable.iter().find(|p| p.name == default_profile);
+    let network = match default {
+        Some(p) if p.network => "network access",
+        Some(_) => "no network",
+        None => "no network unless the profile allows it",
+    };
+    let limits = match default {
+        Some(p) => format!(
+            "limits {} s wall, {} s CPU, {} memory, {} processes, {} per output stream",
+            p.max.wall_ms / 1000,
+            p.max.cpu_ms / 1000,
+            format_bytes(p.max.memory_bytes),
+            p.max.pids,
+            format_bytes(p.max.output_bytes),
+        ),
+        None => "the daemon's profile limits on time, CPU, memory, processes and output".into(),
+    };
+    format!(
+        "Run a Python 3.11 script in a fresh, disposable Linux sandbox and return its exit \
+         code, stdout, stderr and resource use. Each call starts clean: {network}, no state \
+         between calls, writable /work and /tmp only, standard library only (no pip); \
+         {limits}. A Python exception or a limit hit is reported as an error with the \
+         traceback or the reason.\n\
+         Examples: {{\"code\": \"print(sum(range(10)))\"}}; \
+         {{\"code\": \"import sys; print(sys.stdin.read().upper())\", \"stdin\": \"hi\"}}; \
+         {{\"code\": \"import time; time.sleep(5)\", \"timeout_seconds\": 2}}"
+    )
+}
+
+/// The structured result of a finished job, excerpting each stream within `budget` chars.
+pub fn result_of(
+    outcome: &Outcome,
+    stdout: &[u8],
+    stderr: &[u8],
+    budget: usize,
+) -> RunPythonResult {
+    RunPythonResult {
+        exit_code: match outcome.exit {
+            ExitStatus::Code(c) => Some(c),
+            ExitStatus::Signal(_) | ExitStatus::NotStarted => None,
+        },
+        reason: reason_name(outcome.reason).into(),
+        stdout: excerpt(stdout, budget, outcome.stdout_truncated),
+        stderr: excerpt(stderr, budget, outcome.stderr_truncated),
+        wall_ms: outcome.usage.wall_ms,
+        cpu_ms: outcome.usage.cpu_ms,
+        peak_memory_bytes: outcome.usage.peak_memory_bytes,
+        limits_hit: outcome
+            .limits_hit
+            .iter()
+            .map(|&l| limit_name(l))
+            .map(String::from)
+            .collect(),
+        profile: outcome.profile.clone(),
+    }
+}
+
+/// The MCP result: success for a clean exit, `isError` otherwise, both with structured
+/// content and its JSON as text; errors lead with the trimmed traceback or the reason.
+pub fn call_result(
+    outcome: &Outcome,
+    stdout: &[u8],
+    stderr: &[u8],
+    budget: usize,
+) -> CallToolResult {
+    let result = result_of(outcome, stdout, stderr, budget);
+    let value = serde_json::to_value(&result).expect("the result serializes");
+    if outcome.reason == Reason::Ok {
+        return CallToolResult::structured(value);
+    }
+    let mut error = CallToolResult::structured_error(value);
+    let summary = error_summary(outcome, stderr, budget);
+    error.content.insert(0, ContentBlock::text(summary));
+    error
+}
+
+/// A human account of why a job failed: the traceback for an exception, else the reason.
+pub fn error_summary(outcome: &Outcome, stderr: &[u8], budget: usize) -> String {
+    let usage = &outcome.usage;
+    let why = match outcome.reason {
+        Reason::Ok => "the script succeeded".to_string(),
+        Reason::Error => match outcome.exit {
+            ExitStatus::Code(c) => format!("the script exited with code {c}"),
+            _ => "the script failed".into(),
+        },
+        Reason::Timeout => format!(
+            "killed: wall-clock limit reached after {} ms",
+            usage.wall_ms
+        ),
+        Reason::CpuLimit => format!(
+            "killed: CPU-time limit reached ({} ms of CPU)",
+            usage.cpu_ms
+        ),
+        Reason::Oom => format!(
+            "killed: out of memory (peak {})",
+            format_bytes(usage.peak_memory_bytes)
+        ),
+        Reason::Pids => "the process limit refused a fork and the script failed".into(),
+        Reason::OutputLimit => "killed: an output stream exceeded the sandbox's cap".into(),
+        Reason::Signal => match outcome.exit {
+            ExitStatus::Signal(s) => format!("killed by signal {s}"),
+            _ => "killed by a signal".into(),
+        },
+        Reason::Seccomp => "killed: the script made a system call the sandbox forbids".into(),
+        Reason::Cancelled => "cancelled".into(),
+        Reason::SandboxError => "the sandbox could not be built; the code never ran".into(),
+    };
+    let mut text = why;
+    if !outcome.detail.is_empty() {
+        text.push_str(&format!(" ({})", outcome.detail));
+    }
+    let stderr = String::from_utf8_lossy(stderr);
+    let stderr = stderr.trim_end();
+    if !stderr.is_empty() {
+        // Keep the last traceback: what the model needs to fix the code.
+        let from = stderr
+            .rfind("Traceback (most recent call last):")
+            .unwrap_or(0);
+        let tail = tail_text(&stderr[from..], budget.min(4_000));
+        let cut = if tail.len() < stderr.len() - from || from > 0 {
+            "...\n"
+        } else {
+            ""
+        };
+        text.push_str(&format!("\nstderr:\n{cut}{tail}"));
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vivarium_proto::{Isolation, MaxLimits, Usage};
+
+    fn outcome(reason: Reason, exit: ExitStatus) -> Outcome {
+        Outcome {
+            job_id: 7,
+            profile: "default".into(),
+            reason,
+            exit,
+            limits_hit: vec![],
+            usage: Usage {
+                wall_ms: 12,
+                cpu_ms: 10,
+                peak_memory_bytes: 8 << 20,
+                stdout_bytes: 2,
+                stderr_bytes: 0,
+            },
+            stdout_truncated: false,
+            stderr_truncated: false,
+            isolation: Isolation::default(),
+            detail: String::new(),
+        }
+    }
+
+    fn profile(name: &str, network: bool) -> ProfileInfo {
+        ProfileInfo {
+            name: name.into(),
+            description: format!("{name} profile"),
+            disabled: None,
+            network,
+            max: MaxLimits {
+                wall_ms: 30_000,
+                cpu_ms: 30_000,
+                memory_bytes: 512 << 20,
+                pids: 64,
+                output_bytes: 1 << 20,
+            },
+            not_enforced: vec![],
+        }
+    }
+
+    #[test]
+    fn args_parse_and_reject() {
+        let ok = parse_args(Some(
+            serde_json::json!({"code": "print(1)", "timeout_seconds": 1.5})
+                .as_object()
+                .unwrap()
+                .clone(),
+        ))
+        .unwrap();
+        assert_eq!(ok.code, "print(1)");
+        assert_eq!(ok.timeout_seconds, Some(1.5));
+        assert_eq!(timeout_ms(1.5), 1_500);
+        assert_eq!(timeout_ms(0.0001), 1);
+        let missing = parse_args(None).unwrap_err();
+        assert!(missing.contains("missing field `code`"), "{missing}");
+        let unknown = parse_args(Some(
+            serde_json::json!({"code": "1", "cmd": "x"})
+                .as_object()
+                .unwrap()
+                .clone(),
+        ))
+        .unwrap_err();
+        assert!(unknown.contains("unknown field `cmd`"), "{unknown}");
+        let negative = parse_args(Some(
+            serde_json::json!({"code": "1", "timeout_seconds": -1})
+                .as_object()
+                .unwrap()
+                .clone(),
+        ))
+        .unwrap_err();
+        assert!(negative.contains("positive"), "{negative}");
+    }
+
+    #[test]
+    fn tool_metadata() {
+        let profiles = [profile("default", false), profile("net", true)];
+        let t = tool(Some(&profiles[..1]), "default");
+        let a = t.annotations.clone().unwrap();
+        assert_eq!(a.read_only_hint, Some(false));
+        assert_eq!(a.destructive_hint, Some(false));
+        assert_eq!(a.idempotent_hint, Some(false));
+        assert_eq!(a.open_world_hint, Some(false));
+        let d = t.description.clone().unwrap();
+        assert!(
+            d.contains("no network") && d.contains("3.11") && d.contains("30 s wall"),
+            "{d}"
+        );
+        let schema = serde_json::Value::Object((*t.input_schema).clone());
+        assert_eq!(schema["required"], serde_json::json!(["code"]));
+        for p in ["code", "stdin", "timeout_seconds", "profile"] {
+            assert!(
+                schema["properties"][p]["description"].is_string(),
+                "{p}: {schema}"
+            );
+        }
+        assert!(schema["properties"]["timeout_seconds"]["description"]
+            .as_str()
+            .unwrap()
+            .contains("(30 s for `default`)"));
+        assert!(schema["properties"]["profile"]["description"]
+            .as_str()
+            .unwrap()
+            .contains("`default` (default profile)"));
+        let out = serde_json::Value::Object((*t.output_schema.clone().unwrap()).clone());
+        assert_eq!(out["type"], "object");
+        // A profile with network makes the tool open-world.
+        let t = tool(Some(&profiles), "default");
+        assert_eq!(t.annotations.unwrap().open_world_hint, Some(true));
+        // Unknown profiles: still closed-world, generic text.
+        let t = tool(None, "default");
+        assert_eq!(t.annotations.unwrap().open_world_hint, Some(false));
+    }
+
+    #[test]
+    fn timeout_above_the_profile_limit_is_refused_in_seconds() {
+        let profiles = [profile("default", false)];
+        assert!(check_timeout(Some(30.0), "default", Some(&profiles)).is_ok());
+        assert!(check_timeout(Some(99.0), "other", Some(&profiles)).is_ok());
+        assert!(check_timeout(Some(99.0), "default", None).is_ok());
+        let e = check_timeout(Some(30.5), "default", Some(&profiles)).unwrap_err();
+        assert!(e.contains("30.5 s exceeds") && e.contains("(30 s)"), "{e}");
+    }
+
+    #[test]
+    fn ok_result_is_structured() {
+        let r = call_result(&outcome(Reason::Ok, ExitStatus::Code(0)), b"1\n", b"", 100);
+        assert_eq!(r.is_error, Some(false));
+        let s = r.structured_content.unwrap();
+        assert_eq!(s["exit_code"], 0);
+        assert_eq!(s["reason"], "ok");
+        assert_eq!(s["stdout"]["text"], "1\n");
+        assert_eq!(s["stdout"]["total_lines"], 1);
+    }
+
+    #[test]
+    fn exception_is_an_error_with_the_traceback() {
+        let stderr = b"noise\nTraceback (most recent call last):\n  File \"<x>\", line 1\nZeroDivisionError: division by zero\n";
+        let r = call_result(
+            &outcome(Reason::Error, ExitStatus::Code(1)),
+            b"",
+            stderr,
+            1000,
+        );
+        assert_eq!(r.is_error, Some(true));
+        assert!(r.structured_content.is_some());
+        let text = r.content[0].as_text().unwrap().text.clone();
+        assert!(text.starts_with("the script exited with code 1"), "{text}");
+        assert!(text.contains("ZeroDivisionError"), "{text}");
+        assert!(!text.contains("noise"), "{text}");
+    }
+
+    #[test]
+    fn timeout_is_an_error_with_the_reason() {
+        let mut o = outcome(Reason::Timeout, ExitStatus::Signal(9));
+        o.limits_hit = vec![LimitKind::Wall];
+        let r = call_result(&o, b"", b"", 100);
+        assert_eq!(r.is_error, Some(true));
+        let s = r.structured_content.clone().unwrap();
+        assert_eq!(s["exit_code"], serde_json::Value::Null);
+        assert_eq!(s["limits_hit"], serde_json::json!(["wall"]));
+        assert!(r.content[0]
+            .as_text()
+            .unwrap()
+            .text
+            .contains("wall-clock limit"));
+    }
+}

@@ -1,0 +1,370 @@
+"""Drive `vivarium-mcp` with the official Python MCP SDK (`pip install mcp`) against a real
+daemon, and check what a client sees. Run by `mcp-frontend/tests/mcp_sdk.rs`; by hand:
+
+    python sdk_client.py --server target/debug/vivarium-mcp --socket /path/vivariumd.sock \
+        --daemon-pid PID
+
+Prints one `ok <check>` line per passed check and exits non-zero on the first failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from contextlib import asynccontextmanager
+
+import anyio
+import jsonschema
+from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+ARGS: argparse.Namespace
+
+
+def check(cond: bool, what: str, detail: object = "") -> None:
+    if not cond:
+        raise AssertionError(f"{what}: {str(detail)[:2000]}")
+
+
+def ok(name: str) -> None:
+    print(f"ok {name}", flush=True)
+
+
+def job_processes() -> list[tuple[int, str]]:
+    """Processes under the daemon other than its spawner: job inits and payloads."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    found = []
+    frontier = [ARGS.daemon_pid]
+    while frontier:
+        for pid in children.get(frontier.pop(), []):
+            frontier.append(pid)
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+            except OSError:
+                continue
+            if "__spawner" not in cmd:
+                found.append((pid, cmd))
+    return found
+
+
+async def wait_no_job_processes(what: str, seconds: float = 5.0) -> None:
+    end = time.monotonic() + seconds
+    while job_processes():
+        if time.monotonic() > end:
+            raise AssertionError(f"{what}: job processes left after {seconds} s: {job_processes()}")
+        await anyio.sleep(0.05)
+
+
+def params(*extra: str, socket: str | None = None) -> StdioServerParameters:
+    return StdioServerParameters(
+        command=ARGS.server,
+        args=["--socket", socket or ARGS.socket, *extra],
+        env={"VIVARIUM_LOG": "info"},
+    )
+
+
+@asynccontextmanager
+async def session(*extra: str, socket: str | None = None, modern: bool = False):
+    async with stdio_client(params(*extra, socket=socket)) as (read, write):
+        async with ClientSession(read, write) as s:
+            if modern:
+                await s.discover()
+            else:
+                await s.initialize()
+            yield s
+
+
+def dump(result) -> dict:
+    return result.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+
+def text_of(result: dict) -> str:
+    return "\n".join(c.get("text", "") for c in result.get("content", []))
+
+
+async def call(s: ClientSession, arguments: dict, **kw) -> dict:
+    return dump(await s.call_tool("run_python", arguments, **kw))
+
+
+class Tool:
+    def __init__(self, listed: dict) -> None:
+        self.listed = listed
+        self.output = jsonschema.Draft202012Validator(listed["outputSchema"])
+
+    def valid(self, result: dict) -> dict:
+        check("structuredContent" in result, "result carries structuredContent", result)
+        self.output.validate(result["structuredContent"])
+        return result["structuredContent"]
+
+
+async def list_and_validate(s: ClientSession) -> Tool:
+    tools = [t.model_dump(by_alias=True, mode="json", exclude_none=True) for t in (await s.list_tools()).tools]
+    check([t["name"] for t in tools] == ["run_python"], "exactly one tool, run_python", tools)
+    t = tools[0]
+    jsonschema.Draft202012Validator.check_schema(t["inputSchema"])
+    jsonschema.Draft202012Validator.check_schema(t["outputSchema"])
+    check(t["inputSchema"]["type"] == "object", "input schema is an object", t["inputSchema"])
+    check(t["outputSchema"]["type"] == "object", "output schema is an object", t["outputSchema"])
+    check(t["inputSchema"]["required"] == ["code"], "only code is required", t["inputSchema"])
+    props = t["inputSchema"]["properties"]
+    check(set(props) == {"code", "stdin", "timeout_seconds", "profile"}, "parameters", props)
+    for name, p in props.items():
+        check(len(p.get("description", "")) > 20, f"parameter {name} is described", p)
+    check("`default`" in props["profile"]["description"], "profile names the daemon's profiles", props["profile"])
+    out = t["outputSchema"]["properties"]
+    for field in ("exit_code", "reason", "stdout", "stderr", "wall_ms", "cpu_ms", "peak_memory_bytes"):
+        check(field in out, f"output schema has {field}", out)
+    a = t["annotations"]
+    expected = {"readOnlyHint": False, "destructiveHint": False, "idempotentHint": False, "openWorldHint": False}
+    for k, v in expected.items():
+        check(a.get(k) is v, f"annotation {k} is {v}", a)
+    check(a.get("title"), "annotation title", a)
+    d = t["description"]
+    for needle in ("no network", "3.11", "30 s wall", "Examples"):
+        check(needle in d, f"description mentions {needle!r}", d)
+    return Tool(t)
+
+
+async def main_session() -> None:
+    async with session("--max-calls-per-minute", "0") as s:
+        tool = await list_and_validate(s)
+        ok("list_tools: schemas valid, parameters described, annotations explicit")
+
+        r = await call(s, {"code": "print(1)"})
+        sc = tool.valid(r)
+        check(r.get("isError") is False, "print(1) succeeds", r)
+        check(sc["exit_code"] == 0 and sc["reason"] == "ok", "exit 0, reason ok", sc)
+        check(sc["stdout"]["text"] == "1\n" and sc["stdout"]["total_bytes"] == 2, "stdout", sc)
+        check(sc["wall_ms"] > 0 and sc["peak_memory_bytes"] > 0, "usage reported", sc)
+        ok("run print(1): structuredContent matches outputSchema")
+
+        r = await call(s, {"code": "import sys; print(sys.stdin.read().upper())", "stdin": "hello"})
+        check(tool.valid(r)["stdout"]["text"] == "HELLO\n", "stdin is fed", r)
+        ok("stdin")
+
+        r = await call(s, {"code": "def f():\n    1/0\nf()\n"})
+        sc = tool.valid(r)
+        check(r.get("isError") is True, "an exception is a tool error", r)
+        check(sc["reason"] == "error" and sc["exit_code"] == 1, "reason error, exit 1", sc)
+        first = r["content"][0]["text"]
+        check("ZeroDivisionError" in first and "Traceback" in first, "the traceback leads the error text", first)
+        ok("exception: isError with traceback")
+
+        r = await call(s, {"code": "import time; time.sleep(10)", "timeout_seconds": 1})
+        sc = tool.valid(r)
+        check(r.get("isError") is True and sc["reason"] == "timeout", "timeout is a tool error", r)
+        check("wall" in sc["limits_hit"] and sc["wall_ms"] < 5000, "wall limit hit", sc)
+        check("wall-clock limit" in r["content"][0]["text"], "reason text", r)
+        ok("timeout_seconds: limit enforced, isError with reason")
+
+        r = await call(s, {"code": "for i in range(50000): print(f'line {i}')"})
+        sc = tool.valid(r)
+        expected = sum(len(f"line {i}\n") for i in range(50000))
+        out = sc["stdout"]
+        check(out["truncated"] and out["total_lines"] == 50000 and out["total_bytes"] == expected, "totals", out)
+        check(len(out["text"]) <= 8000, "excerpt within the budget", len(out["text"]))
+        check(out["text"].startswith("line 0\n") and out["text"].endswith("line 49999\n"), "head and tail", out["text"][:50])
+        ok("long output: head+tail excerpt with exact totals")
+
+        for bad, needle in [
+            ({}, "missing field `code`"),
+            ({"code": 5}, "invalid type"),
+            ({"code": "1", "cmd": "x"}, "unknown field `cmd`"),
+            ({"code": "1", "timeout_seconds": -1}, "positive"),
+            ({"code": "1", "timeout_seconds": 3600}, "timeout_seconds"),
+            ({"code": "1", "profile": "nope"}, "invalid profile"),
+        ]:
+            r = await call(s, bad)
+            check(r.get("isError") is True and needle in text_of(r), f"bad arguments {bad} -> tool error with {needle!r}", r)
+        ok("bad arguments: tool errors, not protocol errors")
+
+        stamps: list[tuple[float, float, str | None]] = []
+
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            stamps.append((time.monotonic(), progress, message))
+
+        code = "import time\nfor i in range(8):\n    print(f'tick {i}', flush=True)\n    time.sleep(0.5)\n"
+        t0 = time.monotonic()
+        r = await call(s, {"code": code}, progress_callback=on_progress)
+        check(r.get("isError") is False, "progress job succeeds", r)
+        check(len(stamps) >= 2, "progress notifications arrived", stamps)
+        values = [p for _, p, _ in stamps]
+        check(all(b > a for a, b in zip(values, values[1:])), "progress increases", values)
+        times = [t0] + [t for t, _, _ in stamps]
+        check(max(b - a for a, b in zip(times, times[1:])) <= 2.5, "a notification at least every 2 s", times)
+        check(any(m and "tick" in m for _, _, m in stamps), "messages carry the latest output line", stamps)
+        ok(f"progress: {len(stamps)} notifications, increasing, latest line {stamps[-1][2]!r}")
+
+        # Cancel: the SDK sends notifications/cancelled when the call's scope is cancelled.
+        running = anyio.Event()
+
+        async def on_running(progress: float, total: float | None, message: str | None) -> None:
+            if message and "sleeping" in message:
+                running.set()
+
+        scope = anyio.CancelScope()
+        async with anyio.create_task_group() as tg:
+
+            async def long_call() -> None:
+                with scope:
+                    await call(s, {"code": "print('sleeping', flush=True)\nimport time\ntime.sleep(60)"}, progress_callback=on_running)
+
+            tg.start_soon(long_call)
+            with anyio.fail_after(15):
+                await running.wait()
+            check(job_processes(), "the job runs before the cancel", job_processes())
+            scope.cancel()
+        await wait_no_job_processes("after notifications/cancelled")
+        r = await call(s, {"code": "print(2)"})
+        check(tool.valid(r)["stdout"]["text"] == "2\n", "the server still works after a cancel", r)
+        ok("cancel: notifications/cancelled killed the job, no job process left")
+
+
+async def modern_session() -> None:
+    async with session(modern=True) as s:
+        tool = await list_and_validate(s)
+        r = await call(s, {"code": "print('modern')"})
+        check(tool.valid(r)["stdout"]["text"] == "modern\n", "2026-07-28 call", r)
+    ok("2026-07-28 (server/discover, stateless) client works")
+
+
+async def limits_sessions() -> None:
+    async with session("--max-calls-per-minute", "2") as s:
+        for _ in range(2):
+            r = await call(s, {"code": "pass"})
+            check(r.get("isError") is False, "calls within the rate limit", r)
+        r = await call(s, {"code": "pass"})
+        check(r.get("isError") is True and "rate limit" in text_of(r), "the third call is rate limited", r)
+    ok("rate limit: clear tool error")
+
+    async with session("--max-concurrent-jobs", "1") as s:
+        running = anyio.Event()
+
+        async def on_running(progress: float, total: float | None, message: str | None) -> None:
+            if message and "busy" in message:
+                running.set()
+
+        scope = anyio.CancelScope()
+        async with anyio.create_task_group() as tg:
+
+            async def long_call() -> None:
+                with scope:
+                    await call(s, {"code": "print('busy', flush=True)\nimport time\ntime.sleep(60)"}, progress_callback=on_running)
+
+            tg.start_soon(long_call)
+            with anyio.fail_after(15):
+                await running.wait()
+            r = await call(s, {"code": "pass"})
+            check(r.get("isError") is True and "too many jobs at once" in text_of(r), "concurrency limit", r)
+            scope.cancel()
+        await wait_no_job_processes("after cancelling the concurrency test's job")
+    ok("concurrency limit: clear tool error")
+
+
+async def no_daemon_session() -> None:
+    missing = "/nonexistent/vivarium/vivariumd.sock"
+    async with session(socket=missing) as s:
+        await list_and_validate_loose(s)
+        r = await call(s, {"code": "print(1)"})
+        t = text_of(r)
+        check(r.get("isError") is True and "sudo vivariumd --profiles" in t and missing in t, "how to start a daemon", r)
+    ok("no daemon: the first call says how to start one")
+
+
+async def list_and_validate_loose(s: ClientSession) -> None:
+    tools = (await s.list_tools()).tools
+    check([t.name for t in tools] == ["run_python"], "tool listed without a daemon", tools)
+
+
+def rpc(proc: subprocess.Popen, msg: dict) -> None:
+    proc.stdin.write((json.dumps(msg) + "\n").encode())
+    proc.stdin.flush()
+
+
+def read_msg(proc: subprocess.Popen, lines: list[str]) -> dict:
+    line = proc.stdout.readline().decode()
+    check(line, "server stdout still open")
+    lines.append(line)
+    return json.loads(line)
+
+
+def stdin_eof() -> None:
+    """Raw JSON-RPC: a job runs, stdin closes, the server exits promptly and the job dies."""
+    proc = subprocess.Popen(
+        [ARGS.server, "--socket", ARGS.socket],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    lines: list[str] = []
+    try:
+        rpc(proc, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}})
+        check(read_msg(proc, lines)["id"] == 1, "initialize answered")
+        rpc(proc, {"jsonrpc": "2.0", "method": "notifications/initialized"})
+        rpc(proc, {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "run_python", "_meta": {"progressToken": "tok-eof"},
+            "arguments": {"code": "print('eof-test', flush=True)\nimport time\ntime.sleep(60)"}}})
+        deadline = time.monotonic() + 15
+        while True:
+            check(time.monotonic() < deadline, "progress with the job's output in time", lines)
+            msg = read_msg(proc, lines)
+            if msg.get("method") == "notifications/progress":
+                check(msg["params"]["progressToken"] == "tok-eof", "the progress token is echoed", msg)
+                if "eof-test" in msg["params"].get("message", ""):
+                    break
+        check(job_processes(), "the job runs before stdin closes", job_processes())
+        t0 = time.monotonic()
+        proc.stdin.close()
+        rest = proc.stdout.read().decode()
+        proc.wait(timeout=5)
+        elapsed = time.monotonic() - t0
+        check(elapsed < 2.0, "the server exits promptly on stdin EOF", elapsed)
+        lines += rest.splitlines(keepends=True)
+        for line in lines:
+            check(json.loads(line).get("jsonrpc") == "2.0", "stdout carries JSON-RPC only", line)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    anyio.run(wait_no_job_processes, "after stdin EOF")
+    ok(f"stdin EOF: server exited in {elapsed * 1000:.0f} ms, job killed, stdout was JSON-RPC only")
+
+
+async def amain() -> None:
+    await main_session()
+    await modern_session()
+    await limits_sessions()
+    await no_daemon_session()
+
+
+def main() -> int:
+    global ARGS
+    p = argparse.ArgumentParser()
+    p.add_argument("--server", required=True)
+    p.add_argument("--socket", required=True)
+    p.add_argument("--daemon-pid", type=int, required=True)
+    ARGS = p.parse_args()
+    anyio.run(amain)
+    stdin_eof()
+    print("all checks passed", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

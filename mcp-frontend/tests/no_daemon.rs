@@ -1,0 +1,93 @@
+//! Without a daemon (no root needed): the server still starts, lists its tool, answers the
+//! first call with how to start a daemon, keeps stdout to JSON-RPC, and exits on stdin EOF.
+//! Plain JSON-RPC over the pipes, so it runs anywhere.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+#[test]
+fn without_a_daemon_the_first_call_says_how_to_start_one() {
+    let socket = "/nonexistent/vivarium-mcp-test/vivariumd.sock";
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vivarium-mcp"))
+        .args(["--socket", socket])
+        .env_remove("VIVARIUM_SOCKET")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn vivarium-mcp");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut send = |msg: Value| {
+        writeln!(stdin, "{msg}").expect("write");
+        stdin.flush().expect("flush");
+    };
+    let mut recv = || {
+        let mut line = String::new();
+        stdout.read_line(&mut line).expect("read");
+        serde_json::from_str::<Value>(&line)
+            .unwrap_or_else(|e| panic!("stdout line is not JSON ({e}): {line:?}"))
+    };
+
+    send(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "no-daemon-test", "version": "0"}}}),
+    );
+    let init = recv();
+    assert_eq!(
+        init["result"]["serverInfo"]["name"], "vivarium-mcp",
+        "{init}"
+    );
+    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+
+    send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}));
+    let list = recv();
+    let tool = &list["result"]["tools"][0];
+    assert_eq!(tool["name"], "run_python", "{list}");
+    assert_eq!(
+        tool["annotations"],
+        json!({"title": "Run Python in a sandbox", "readOnlyHint": false,
+               "destructiveHint": false, "idempotentHint": false, "openWorldHint": false}),
+        "{tool}"
+    );
+    assert_eq!(tool["outputSchema"]["type"], "object", "{tool}");
+
+    send(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                "params": {"name": "run_python", "arguments": {"code": "print(1)"}}}));
+    let call = recv();
+    assert_eq!(call["result"]["isError"], true, "{call}");
+    let text = call["result"]["content"][0]["text"].as_str().expect("text");
+    assert!(text.contains("sudo vivariumd --profiles"), "{text}");
+    assert!(text.contains(socket), "{text}");
+
+    send(json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call",
+                "params": {"name": "run_python", "arguments": {"cod": "typo"}}}));
+    let bad = recv();
+    assert_eq!(bad["result"]["isError"], true, "{bad}");
+    assert!(bad["result"]["content"][0]["text"]
+        .as_str()
+        .is_some_and(|t| t.contains("unknown field `cod`")));
+
+    drop(stdin);
+    let t0 = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            assert!(status.success(), "{status}");
+            break;
+        }
+        if t0.elapsed() > Duration::from_secs(3) {
+            let _ = child.kill();
+            panic!("vivarium-mcp did not exit within 3 s of stdin EOF");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut rest).expect("read rest");
+    for line in rest.lines() {
+        serde_json::from_str::<Value>(line).expect("stdout carries JSON-RPC only");
+    }
+}
