@@ -114,6 +114,7 @@ pub fn enter_root() -> Result<(), SetupError> {
 /// read-only. `owner` (uid, gid inside) owns the writable tmpfs mounts.
 pub fn populate(steps: &[MountStep], owner: (u32, u32)) -> Result<(), SetupError> {
     let new_root = Path::new(".");
+    let mut masks = 0;
     for step in steps {
         match step {
             MountStep::BindRo { source, path } => {
@@ -181,14 +182,41 @@ pub fn populate(steps: &[MountStep], owner: (u32, u32)) -> Result<(), SetupError
             MountStep::Proc { path } => {
                 let target = at(new_root, path);
                 mkdir_p(&target)?;
+                // hidepid=invisible: the payload (uid 1000) cannot see init (uid 0
+                // inside), whose /proc/1/cmdline would name the daemon's binary.
                 mount(
                     Some("proc"),
                     &target,
                     Some("proc"),
                     MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
-                    NONE,
+                    Some("hidepid=invisible"),
                 )
                 .map_err(|e| SetupError::nix("proc", &target, e))?;
+            }
+            MountStep::Mask { path, contents } => {
+                // The source lives in the anchor, outside the new root; the bind keeps
+                // it reachable after the anchor is detached with the old root.
+                let source = Path::new("..").join(format!("mask-{masks}"));
+                masks += 1;
+                std::fs::write(&source, contents)
+                    .map_err(|e| SetupError::io("write", &source, &e))?;
+                let target = at(new_root, path);
+                mount(
+                    Some(source.as_path()),
+                    &target,
+                    NONE,
+                    MsFlags::MS_BIND,
+                    NONE,
+                )
+                .map_err(|e| SetupError::nix("mask", &target, e))?;
+                let flags = MsFlags::MS_REMOUNT
+                    | MsFlags::MS_BIND
+                    | MsFlags::MS_RDONLY
+                    | MsFlags::MS_NOSUID
+                    | MsFlags::MS_NODEV
+                    | MsFlags::MS_NOEXEC;
+                mount(NONE, &target, NONE, flags, NONE)
+                    .map_err(|e| SetupError::nix("remount-mask", &target, e))?;
             }
         }
     }
