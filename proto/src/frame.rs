@@ -29,10 +29,15 @@ pub enum FrameError {
     },
 }
 
+/// What one frame may allocate when decoded. bincode checks every claimed length against
+/// this limit *before* allocating, which is what keeps a 9-byte frame claiming a 1 TiB
+/// string from aborting the process. The limit counts in-memory sizes (a `String` costs
+/// 24 bytes however short), so it is a multiple of the wire limit: a frame that fits in
+/// `MAX_FRAME` bytes, e.g. thousands of one-byte arguments, must still decode.
+const DECODE_LIMIT: usize = 32 * MAX_FRAME;
+
 fn config() -> impl bincode::config::Config {
-    // The limit is what keeps a 9-byte frame claiming a 1 TiB string from aborting the
-    // process: bincode checks claimed lengths against it before allocating.
-    bincode::config::standard().with_limit::<MAX_FRAME>()
+    bincode::config::standard().with_limit::<DECODE_LIMIT>()
 }
 
 /// Encode one message into a frame, refusing anything larger than [`MAX_FRAME`].

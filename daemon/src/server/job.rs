@@ -83,8 +83,7 @@ pub async fn run(
                 }
             }
         };
-        let result = execute(&daemon, &sock, job_id, &req, stdin, &cancel).await;
-        drop(permit);
+        let result = execute(&daemon, &sock, job_id, &req, stdin, &cancel, permit).await;
         over.store(true, Ordering::SeqCst);
         match result {
             Ok(outcome) => {
@@ -146,6 +145,7 @@ async fn execute(
     req: &JobRequest,
     stdin: Option<mpsc::UnboundedReceiver<Vec<u8>>>,
     cancel: &Arc<Notify>,
+    permit: tokio::sync::OwnedSemaphorePermit,
 ) -> Result<vivarium_proto::Outcome, String> {
     let active = &req.active;
     let plan = plan::build(
@@ -154,6 +154,7 @@ async fn execute(
         &req.limits,
         &req.args,
         active.seccomp.clone(),
+        daemon.facts.cgroup.is_none(),
     );
     let code = code_memfd(&req.code)?;
     let (in_r, in_w) = pipe()?;
@@ -203,7 +204,7 @@ async fn execute(
     let stdin_task = tokio::spawn(feed_stdin(in_w, stdin));
 
     let mut landlock: Option<LandlockStatus> = None;
-    let mut killed = false;
+    let mut killed = late;
     let report: JobReport = loop {
         tokio::select! {
             msg = events.recv() => match msg {
@@ -223,7 +224,10 @@ async fn execute(
         }
     };
     stdin_task.abort();
-    // Every process of the job is gone, so the pipes reach EOF promptly.
+    // Every process of the job is gone, so the pipes reach EOF promptly. Free the slot
+    // first all the same: a pump blocked on a client that stops reading would otherwise
+    // hold it for as long as that client likes.
+    drop(permit);
     let (stdout_bytes, stdout_truncated) = out.await.unwrap_or((0, false));
     let (stderr_bytes, stderr_truncated) = err.await.unwrap_or((0, false));
     let streams = StreamFacts {
