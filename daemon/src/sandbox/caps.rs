@@ -19,6 +19,12 @@ pub fn drop_bounding_ambient_inheritable() -> Result<(), SetupError> {
     caps::clear(None, CapSet::Inheritable).map_err(|e| err("caps-inheritable", e))
 }
 
+/// Empty the effective and permitted sets (a no-op after a uid 0 -> non-zero change).
+pub fn drop_permitted_effective() -> Result<(), SetupError> {
+    caps::clear(None, CapSet::Effective).map_err(|e| err("caps-effective", e))?;
+    caps::clear(None, CapSet::Permitted).map_err(|e| err("caps-permitted", e))
+}
+
 /// After setresuid to a non-zero uid the kernel clears the permitted and effective
 /// sets; check that it did rather than trust it.
 pub fn verify_none_left() -> Result<(), SetupError> {

@@ -84,6 +84,9 @@ pub struct InitArgs<'a> {
     pub prepared: &'a Prepared,
     pub new_root: PathBuf,
     pub kernel_landlock_abi: u32,
+    /// The daemon is an ordinary user: the job's user namespace maps only uid/gid 1000
+    /// (to the daemon's own ids), so there is no uid 0 inside to switch to.
+    pub rootless: bool,
     pub fds: InitFds,
 }
 
@@ -118,6 +121,7 @@ pub fn run(args: InitArgs<'_>) -> ! {
         prepared,
         new_root,
         kernel_landlock_abi,
+        rootless,
         fds,
     } = args;
     let status = std::fs::File::from(fds.status);
@@ -128,7 +132,14 @@ pub fn run(args: InitArgs<'_>) -> ! {
         stdout: fds.stdout,
         stderr: fds.stderr,
     };
-    match init(plan, prepared, new_root, kernel_landlock_abi, fds, &status) {
+    match init(
+        plan,
+        prepared,
+        new_root,
+        (kernel_landlock_abi, rootless),
+        fds,
+        &status,
+    ) {
         Ok(()) => sys::exit_now(0),
         Err(e) => {
             send(&status, &InitMsg::Failed(Failure::from(&e)));
@@ -149,7 +160,7 @@ fn init(
     plan: &JobPlan,
     prepared: &Prepared,
     new_root: PathBuf,
-    kernel_landlock_abi: u32,
+    (kernel_landlock_abi, rootless): (u32, bool),
     fds: ChildFds,
     status: &std::fs::File,
 ) -> Result<(), SetupError> {
@@ -161,14 +172,27 @@ fn init(
         sys::exit_now(122);
     }
 
+    // memfds must not be executable (noexec on /work, /tmp and /dev/shm would
+    // otherwise be bypassed with execveat on a memfd). The sysctl is per pid
+    // namespace (Linux 6.3+) and acts on the writer's own, which is the job's; its
+    // file is writable only by the host's uid 0, which init still is here. Where the
+    // kernel lacks it, or the daemon is not root, the outcome's not_enforced says so.
+    if !rootless {
+        set_memfd_noexec()?;
+    }
+
     // 2. Step onto a scratch mount while our filesystem uid is still the daemon's;
     //    then become root of the job's user namespace, build the root, pivot.
     mount::enter_anchor(&new_root)?;
-    nix::unistd::setgroups(&[]).map_err(|e| SetupError::errno("setgroups", e))?;
-    nix::unistd::setresgid(Gid::from_raw(0), Gid::from_raw(0), Gid::from_raw(0))
-        .map_err(|e| SetupError::errno("setresgid-root", e))?;
-    nix::unistd::setresuid(Uid::from_raw(0), Uid::from_raw(0), Uid::from_raw(0))
-        .map_err(|e| SetupError::errno("setresuid-root", e))?;
+    if !rootless {
+        nix::unistd::setgroups(&[]).map_err(|e| SetupError::errno("setgroups", e))?;
+        nix::unistd::setresgid(Gid::from_raw(0), Gid::from_raw(0), Gid::from_raw(0))
+            .map_err(|e| SetupError::errno("setresgid-root", e))?;
+        nix::unistd::setresuid(Uid::from_raw(0), Uid::from_raw(0), Uid::from_raw(0))
+            .map_err(|e| SetupError::errno("setresuid-root", e))?;
+    }
+    // (Rootless: init already is uid 1000 inside, the only id mapped, with every
+    // capability in its own user namespace.)
     // Die with the spawner. The kernel clears the parent-death signal on every
     // credential change, so it is set after init's last one; the spawner keeps the
     // sync pipe's write end for the job's lifetime, so a hang-up there means it died
@@ -213,7 +237,8 @@ fn init(
         ForkResult::Child => {
             drop(exec_r);
             let stdio = [fds.stdin, fds.stdout, fds.stderr];
-            let err = match payload(&stdio, plan, prepared, kernel_landlock_abi, &exec_w) {
+            let layers = (kernel_landlock_abi, rootless);
+            let err = match payload(&stdio, plan, prepared, layers, &exec_w) {
                 Ok(never) => match never {},
                 Err(e) => e,
             };
@@ -269,6 +294,17 @@ fn init(
     Ok(())
 }
 
+const MEMFD_NOEXEC: &str = "/proc/sys/vm/memfd_noexec";
+
+fn set_memfd_noexec() -> Result<(), SetupError> {
+    if !std::path::Path::new(MEMFD_NOEXEC).exists() {
+        return Ok(());
+    }
+    // 2: every memfd is created non-executable and sealed so; MFD_EXEC is refused.
+    std::fs::write(MEMFD_NOEXEC, "2")
+        .map_err(|e| SetupError::io("memfd_noexec", MEMFD_NOEXEC.as_ref(), &e))
+}
+
 /// Reap every child (orphans re-parent to us) until `payload` itself has ended.
 fn reap_until(payload: Pid) -> WaitStatus {
     loop {
@@ -288,7 +324,7 @@ fn payload(
     stdio: &[OwnedFd; 3],
     plan: &JobPlan,
     prepared: &Prepared,
-    kernel_landlock_abi: u32,
+    (kernel_landlock_abi, rootless): (u32, bool),
     exec_w: &OwnedFd,
 ) -> Result<std::convert::Infallible, SetupError> {
     // 5. Own session, stdio on 0/1/2, everything else gone at execve.
@@ -303,10 +339,16 @@ fn payload(
     // 6. Capabilities, then identity.
     caps::drop_bounding_ambient_inheritable()?;
     sys::lock_securebits().map_err(|e| SetupError::io("securebits", "/".as_ref(), &e))?;
-    nix::unistd::setgroups(&[]).map_err(|e| SetupError::errno("setgroups", e))?;
+    if !rootless {
+        // (A rootless job's namespace has setgroups denied and no other group.)
+        nix::unistd::setgroups(&[]).map_err(|e| SetupError::errno("setgroups", e))?;
+    }
     let (gid, uid) = (Gid::from_raw(SANDBOX_GID), Uid::from_raw(SANDBOX_UID));
     nix::unistd::setresgid(gid, gid, gid).map_err(|e| SetupError::errno("setresgid", e))?;
     nix::unistd::setresuid(uid, uid, uid).map_err(|e| SetupError::errno("setresuid", e))?;
+    // Leaving uid 0 cleared the permitted and effective sets; a rootless payload was
+    // uid 1000 all along and still holds them (in its own namespace): clear them.
+    caps::drop_permitted_effective()?;
     caps::verify_none_left()?;
 
     // 7. no_new_privs, Landlock, seccomp last.

@@ -32,12 +32,25 @@ pub enum MountStep {
     Device { source: PathBuf, path: PathBuf },
     /// A fresh procfs for the job's pid namespace.
     Proc { path: PathBuf },
+    /// A read-only file with `contents` bound over `path` (a host-global value under
+    /// /proc that would otherwise leak, such as the boot id).
+    Mask { path: PathBuf, contents: String },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RlimitPlan {
     pub nofile: u64,
     pub fsize: u64,
+    /// Per-process stand-ins for the cgroup limits when the daemon has no cgroup
+    /// (rootless without delegation): address space, CPU seconds, processes.
+    pub fallback: Option<RlimitFallback>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RlimitFallback {
+    pub address_space: u64,
+    pub cpu_seconds: u64,
+    pub nproc: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -145,6 +158,11 @@ pub fn mounts(profile: &Profile) -> Vec<MountStep> {
     steps.push(MountStep::Proc {
         path: "/proc".into(),
     });
+    // The boot id is global (not per namespace): each job sees a fresh random one.
+    steps.push(MountStep::Mask {
+        path: "/proc/sys/kernel/random/boot_id".into(),
+        contents: std::fs::read_to_string("/proc/sys/kernel/random/uuid").unwrap_or_default(),
+    });
     for dev in ["null", "zero", "full", "random", "urandom"] {
         steps.push(MountStep::Device {
             source: Path::new("/dev").join(dev),
@@ -199,6 +217,7 @@ pub fn build(
     limits: &JobLimits,
     args: &[String],
     seccomp: Vec<Vec<(u16, u8, u8, u32)>>,
+    without_cgroup: bool,
 ) -> JobPlan {
     let py = &profile.file.python;
     let mut argv = vec![py.interpreter.to_string_lossy().into_owned()];
@@ -216,6 +235,13 @@ pub fn build(
         rlimits: RlimitPlan {
             nofile: profile.file.limits.nofile,
             fsize: profile.file.limits.fsize_bytes,
+            fallback: without_cgroup.then(|| RlimitFallback {
+                address_space: limits.memory_bytes,
+                cpu_seconds: limits.cpu_ms.div_ceil(1000),
+                // RLIMIT_NPROC is counted per user namespace: it bounds the job's own
+                // processes (and threads) as uid 1000 inside.
+                nproc: u64::from(limits.pids),
+            }),
         },
         landlock: LandlockPlan {
             abi: sec.landlock_abi,
@@ -249,7 +275,7 @@ mod tests {
     fn plan_for_the_default_profile() {
         let p = default_profile();
         let limits = p.job_limits(&Default::default()).unwrap();
-        let plan = build(7, &p, &limits, &["x".into()], vec![]);
+        let plan = build(7, &p, &limits, &["x".into()], vec![], false);
         assert_eq!(
             plan.argv,
             vec!["/usr/bin/python3", "-I", "-u", "/work/main.py", "x"]

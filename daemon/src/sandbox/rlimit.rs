@@ -13,5 +13,26 @@ pub fn apply(plan: &RlimitPlan) -> Result<(), SetupError> {
     ] {
         setrlimit(res, value, value).map_err(|e| SetupError::errno(step, e))?;
     }
+    if let Some(f) = plan.fallback {
+        // RLIMIT_CPU: SIGXCPU at the soft limit (reported as the CPU limit), SIGKILL a
+        // second later for a process that ignores it.
+        for (step, res, soft, hard) in [
+            (
+                "rlimit-as",
+                Resource::RLIMIT_AS,
+                f.address_space,
+                f.address_space,
+            ),
+            (
+                "rlimit-cpu",
+                Resource::RLIMIT_CPU,
+                f.cpu_seconds,
+                f.cpu_seconds + 1,
+            ),
+            ("rlimit-nproc", Resource::RLIMIT_NPROC, f.nproc, f.nproc),
+        ] {
+            setrlimit(res, soft, hard).map_err(|e| SetupError::errno(step, e))?;
+        }
+    }
     Ok(())
 }

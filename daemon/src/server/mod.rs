@@ -60,9 +60,17 @@ pub fn activate(profile: Profile, facts: &HostFacts) -> ActiveProfile {
         let have = facts.controllers.iter().any(|h| h == c);
         // On v1, CPU accounting lives in the separate cpuacct controller.
         let acct = c != "cpu"
-            || facts.cgroup == CgroupVersion::V2
+            || facts.cgroup == Some(CgroupVersion::V2)
             || facts.controllers.iter().any(|h| h == "cpuacct");
-        if !have || !acct {
+        if facts.cgroup.is_none() {
+            problems.push(format!(
+                "needs the {c} cgroup controller, but this daemon has no usable cgroup ({}); \
+                 run it as root, or as a systemd user service with Delegate=yes on a cgroup v2 \
+                 host, or use a profile whose limits are rlimits only (cgroup_controllers = [])",
+                facts.cgroup_problem.as_deref().unwrap_or("none found")
+            ));
+            break;
+        } else if !have || !acct {
             problems.push(format!(
                 "needs the {c} cgroup controller, which is not available"
             ));
@@ -85,7 +93,22 @@ pub fn activate(profile: Profile, facts: &HostFacts) -> ActiveProfile {
     if count == 0 && problems.is_empty() {
         problems.push("seccomp policy compiled to no filter".into());
     }
-    let not_enforced = missing_features(sec.landlock_abi, facts.landlock_abi);
+    let mut not_enforced = missing_features(sec.landlock_abi, facts.landlock_abi);
+    if facts.rootless {
+        not_enforced.push("non-executable memfds (vm.memfd_noexec needs a root daemon)".into());
+    } else if !std::path::Path::new("/proc/sys/vm/memfd_noexec").exists() {
+        not_enforced.push("non-executable memfds (vm.memfd_noexec, Linux 6.3)".into());
+    }
+    if facts.cgroup.is_none() {
+        not_enforced.push(
+            "cgroup limits: memory, processes and CPU time are limited per process by \
+             rlimits only (RLIMIT_AS, RLIMIT_NPROC, RLIMIT_CPU); no OOM or pids evidence"
+                .into(),
+        );
+    }
+    if facts.rootless {
+        not_enforced.push("per-job host uid: every job runs as the daemon user's uid".into());
+    }
     ActiveProfile {
         disabled: (!problems.is_empty()).then(|| problems.join("; ")),
         profile,
@@ -248,10 +271,23 @@ pub fn bind(
         }
         Err(_) => {}
     }
-    let listener = tokio_seqpacket::UnixSeqpacketListener::bind_with_backlog(path, 128)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
-    if let Some(gid) = group {
-        nix::unistd::chown(path, None, Some(nix::unistd::Gid::from_raw(gid)))?;
+    // Bind under a temporary name, set mode and group, then rename into place: the
+    // path never names a socket with the umask's permissions, not even for a moment.
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(".{}.tmp", std::process::id()));
+    let tmp = PathBuf::from(tmp);
+    let _ = std::fs::remove_file(&tmp);
+    let listener = tokio_seqpacket::UnixSeqpacketListener::bind_with_backlog(&tmp, 128)?;
+    let finish = || -> std::io::Result<()> {
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode))?;
+        if let Some(gid) = group {
+            nix::unistd::chown(&tmp, None, Some(nix::unistd::Gid::from_raw(gid)))?;
+        }
+        std::fs::rename(&tmp, path)
+    };
+    if let Err(e) = finish() {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
     }
     Ok(listener)
 }
@@ -284,9 +320,11 @@ mod tests {
 
     fn facts(landlock_abi: u32, controllers: &[&str]) -> HostFacts {
         HostFacts {
-            cgroup: CgroupVersion::V1,
+            cgroup: Some(CgroupVersion::V1),
             controllers: controllers.iter().map(|c| c.to_string()).collect(),
+            cgroup_problem: None,
             landlock_abi,
+            rootless: false,
         }
     }
 
@@ -294,7 +332,7 @@ mod tests {
 
     #[test]
     fn both_profiles_enabled_on_a_current_kernel() {
-        for name in ["default", "compat"] {
+        for name in ["default", "compat", "rootless"] {
             let a = activate(shipped(name), &facts(7, ALL));
             assert_eq!(a.disabled, None, "{name}");
             assert!(a.not_enforced.is_empty(), "{name}: {:?}", a.not_enforced);
@@ -311,6 +349,35 @@ mod tests {
         assert_eq!(compat.disabled, None);
         assert_eq!(compat.not_enforced, missing_features(6, 2));
         assert_eq!(compat.info().not_enforced.len(), 4);
+    }
+
+    #[test]
+    fn without_a_cgroup_only_rlimit_profiles_run_and_say_so() {
+        let facts = HostFacts {
+            cgroup: None,
+            controllers: Vec::new(),
+            cgroup_problem: Some("cannot create cgroup: EACCES".into()),
+            landlock_abi: 7,
+            rootless: true,
+        };
+        let default = activate(shipped("default"), &facts);
+        let why = default.disabled.expect("default needs cgroups");
+        assert!(
+            why.contains("Delegate=yes") && why.contains("EACCES"),
+            "{why}"
+        );
+        let rootless = activate(shipped("rootless"), &facts);
+        assert_eq!(rootless.disabled, None);
+        assert_eq!(
+            rootless.not_enforced,
+            vec![
+                "non-executable memfds (vm.memfd_noexec needs a root daemon)".to_owned(),
+                "cgroup limits: memory, processes and CPU time are limited per process by \
+                 rlimits only (RLIMIT_AS, RLIMIT_NPROC, RLIMIT_CPU); no OOM or pids evidence"
+                    .to_owned(),
+                "per-job host uid: every job runs as the daemon user's uid".to_owned(),
+            ]
+        );
     }
 
     #[test]

@@ -41,6 +41,12 @@ pub fn decide(report: &JobReport, streams: StreamFacts) -> (Reason, ExitStatus, 
         Some(KillCause::CpuLimit) => hit.push(LimitKind::Cpu),
         _ => {}
     }
+    // SIGXCPU only comes from RLIMIT_CPU, the per-process stand-in for the cgroup CPU
+    // limit when the daemon has no cgroup.
+    let xcpu = exit == ExitStatus::Signal(libc::SIGXCPU);
+    if xcpu && report.killed.is_none() {
+        hit.push(LimitKind::Cpu);
+    }
     if report.oom_kills > 0 || report.memory_limit_hits > 0 {
         hit.push(LimitKind::Memory);
     }
@@ -70,6 +76,8 @@ pub fn decide(report: &JobReport, streams: StreamFacts) -> (Reason, ExitStatus, 
         Reason::SandboxError
     } else if report.oom_kills > 0 && exit == ExitStatus::Signal(libc::SIGKILL) {
         Reason::Oom
+    } else if xcpu {
+        Reason::CpuLimit
     } else if exit == ExitStatus::Signal(libc::SIGSYS) {
         Reason::Seccomp
     } else if report.pids_limit_hits > 0 && failed {
@@ -233,6 +241,21 @@ mod tests {
         assert_eq!(
             decide(&r, StreamFacts::default()),
             (Reason::Cancelled, ExitStatus::NotStarted, vec![])
+        );
+    }
+
+    #[test]
+    fn sigxcpu_from_the_rlimit_fallback_is_the_cpu_limit() {
+        assert_eq!(
+            decide(
+                &ran(WaitStatus::Signal(libc::SIGXCPU)),
+                StreamFacts::default()
+            ),
+            (
+                Reason::CpuLimit,
+                ExitStatus::Signal(libc::SIGXCPU),
+                vec![LimitKind::Cpu]
+            )
         );
     }
 

@@ -60,9 +60,14 @@ pub struct SpawnerClient {
 /// What the spawner found on this host.
 #[derive(Debug, Clone)]
 pub struct HostFacts {
-    pub cgroup: vivarium_proto::CgroupVersion,
+    /// `None`: no cgroup is usable (a rootless daemon without delegation).
+    pub cgroup: Option<vivarium_proto::CgroupVersion>,
     pub controllers: Vec<String>,
+    /// Why no cgroup is usable, when `cgroup` is `None`.
+    pub cgroup_problem: Option<String>,
     pub landlock_abi: u32,
+    /// The daemon runs as an ordinary user.
+    pub rootless: bool,
 }
 
 impl SpawnerClient {
@@ -71,6 +76,7 @@ impl SpawnerClient {
         un: Unattached,
         config: SpawnerConfig,
     ) -> Result<(Self, HostFacts, std::process::Child), SpawnerError> {
+        let rootless = config.rootless;
         // tokio needs a non-blocking fd: a blocking recv would park a worker thread
         // (and with it any task woken onto that worker's queue).
         nix::fcntl::fcntl(
@@ -88,11 +94,14 @@ impl SpawnerClient {
             Some(FromSpawner::Ready {
                 cgroup,
                 controllers,
+                cgroup_problem,
                 landlock_abi,
             }) => HostFacts {
                 cgroup,
                 controllers,
+                cgroup_problem,
                 landlock_abi,
+                rootless,
             },
             Some(FromSpawner::InitFailed(why)) => return Err(SpawnerError::Init(why)),
             _ if n == 0 => return Err(SpawnerError::Init("spawner exited during setup".into())),

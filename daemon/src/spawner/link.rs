@@ -20,6 +20,9 @@ pub struct SpawnerConfig {
     pub cgroup_subtree: String,
     pub id_base: u32,
     pub max_jobs: u32,
+    /// The daemon runs as an ordinary user: single-id maps, and cgroups only where a
+    /// delegated subtree is usable.
+    pub rootless: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -47,8 +50,11 @@ pub enum KillCause {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum FromSpawner {
     Ready {
-        cgroup: CgroupVersion,
+        /// `None`: no cgroup is usable (rootless without delegation); `cgroup_problem`
+        /// says why.
+        cgroup: Option<CgroupVersion>,
         controllers: Vec<String>,
+        cgroup_problem: Option<String>,
         landlock_abi: u32,
     },
     InitFailed(String),

@@ -48,7 +48,8 @@ struct Job {
 struct Spawner {
     link: OwnedFd,
     config: SpawnerConfig,
-    cgroups: Cgroups,
+    /// `None` for a rootless daemon without a usable (delegated) cgroup subtree.
+    cgroups: Option<Cgroups>,
     landlock_abi: u32,
     jobs: Vec<Job>,
     free_slots: Vec<u32>,
@@ -117,17 +118,27 @@ fn run(link: OwnedFd) -> Result<(), String> {
         Some((ToSpawner::Init(c), _)) => c,
         _ => return Err("expected Init on the link".into()),
     };
-    let setup = || -> Result<Cgroups, String> {
+    let setup_cgroups = || -> Result<Cgroups, String> {
         let cgroups = Cgroups::detect(&config.cgroup_subtree).map_err(|e| error_chain(&e))?;
         cgroups.setup().map_err(|e| error_chain(&e))?;
         cgroups.reap_stale().map_err(|e| error_chain(&e))?;
         if cgroups.version() == Version::V1 {
             cgroups.enter_home().map_err(|e| error_chain(&e))?;
         }
-        std::fs::create_dir_all(config.state_dir.join("root")).map_err(|e| e.to_string())?;
         Ok(cgroups)
     };
-    let cgroups = match setup() {
+    let setup = || -> Result<(Option<Cgroups>, Option<String>), String> {
+        std::fs::create_dir_all(config.state_dir.join("root")).map_err(|e| e.to_string())?;
+        match setup_cgroups() {
+            Ok(c) => Ok((Some(c), None)),
+            // A root daemon must have its cgroup tree. A user's daemon runs without
+            // one when it has no delegated subtree; profiles that need cgroup limits
+            // are then disabled by the server, with this reason.
+            Err(e) if config.rootless => Ok((None, Some(e))),
+            Err(e) => Err(e),
+        }
+    };
+    let (cgroups, cgroup_problem) = match setup() {
         Ok(c) => c,
         Err(e) => {
             let _ = send_msg(&link, &FromSpawner::InitFailed(e.clone()));
@@ -138,12 +149,13 @@ fn run(link: OwnedFd) -> Result<(), String> {
     send_msg(
         &link,
         &FromSpawner::Ready {
-            cgroup: wire_version(cgroups.version()),
+            cgroup: cgroups.as_ref().map(|c| wire_version(c.version())),
             controllers: cgroups
-                .controllers()
                 .iter()
+                .flat_map(|c| c.controllers())
                 .map(|c| format!("{c:?}").to_lowercase())
                 .collect(),
+            cgroup_problem,
             landlock_abi,
         },
     )
@@ -167,6 +179,10 @@ fn wire_version(v: Version) -> CgroupVersion {
 }
 
 impl Spawner {
+    fn cgroup_version(&self) -> Option<CgroupVersion> {
+        self.cgroups.as_ref().map(|c| wire_version(c.version()))
+    }
+
     fn serve(&mut self) -> Result<(), String> {
         loop {
             let now = Instant::now();
@@ -241,7 +257,7 @@ impl Spawner {
                 if let Err(failure) = self.spawn(*plan, fds) {
                     let report = JobReport {
                         failure: Some(failure),
-                        cgroup: Some(wire_version(self.cgroups.version())),
+                        cgroup: self.cgroup_version(),
                         ..Default::default()
                     };
                     let _ = send_msg(
@@ -317,12 +333,15 @@ impl Spawner {
             cpu_quota_us: plan.cgroup.cpu_quota_us,
             cpu_period_us: plan.cgroup.cpu_period_us,
         };
+        let name = format!("job-{}", plan.job_id);
         let cgroup = match self
             .cgroups
-            .create_job(&format!("job-{}", plan.job_id), &limits)
+            .as_ref()
+            .map(|cg| cg.create_job(&name, &limits))
         {
-            Ok(c) => c,
-            Err(e) => {
+            None => None,
+            Some(Ok(c)) => Some(c),
+            Some(Err(e)) => {
                 self.free_slots.push(slot);
                 return Err(fail("cgroup", error_chain(&e)));
             }
@@ -330,7 +349,7 @@ impl Spawner {
         let result = self.clone_job(
             &plan,
             &prepared,
-            &cgroup,
+            cgroup.as_ref(),
             slot,
             [code, stdin, stdout, stderr],
         );
@@ -343,14 +362,14 @@ impl Spawner {
                     pidfd,
                     status,
                     buf: Vec::new(),
-                    cgroup: Some(cgroup),
+                    cgroup,
                     slot,
                     started: now,
                     deadline: now + Duration::from_millis(plan.wall_ms),
                     cpu_limit_ns: plan.cpu_ms.saturating_mul(1_000_000),
                     _lifeline: lifeline,
                     report: JobReport {
-                        cgroup: Some(wire_version(self.cgroups.version())),
+                        cgroup: self.cgroup_version(),
                         ..Default::default()
                     },
                     reported: false,
@@ -358,8 +377,10 @@ impl Spawner {
                 Ok(())
             }
             Err(f) => {
-                let _ = cgroup.kill_all();
-                let _ = cgroup.remove();
+                if let Some(cg) = cgroup {
+                    let _ = cg.kill_all();
+                    let _ = cg.remove();
+                }
                 self.free_slots.push(slot);
                 Err(f)
             }
@@ -370,7 +391,7 @@ impl Spawner {
         &self,
         plan: &JobPlan,
         prepared: &Prepared,
-        cgroup: &JobCgroup,
+        cgroup: Option<&JobCgroup>,
         slot: u32,
         [code, stdin, stdout, stderr]: [OwnedFd; 4],
     ) -> Result<(Pid, OwnedFd, std::fs::File, std::fs::File), Failure> {
@@ -385,8 +406,8 @@ impl Spawner {
             nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| os("pipe", e.into()))?;
         nix::fcntl::fcntl(&status_r, nix::fcntl::FcntlArg::F_SETFL(OFlag::O_NONBLOCK))
             .map_err(|e| os("fcntl", e.into()))?;
-        let v1 = self.cgroups.version() == Version::V1;
-        if v1 {
+        let v1_home = self.cgroups.as_ref().filter(|c| c.version() == Version::V1);
+        if let (Some(_), Some(cgroup)) = (v1_home, cgroup) {
             // ~0.1 ms for a single-threaded process moving itself, against 10-17 ms for
             // a parent writing the child's pid (performance.md).
             cgroup.enter_self().map_err(|e| Failure {
@@ -402,16 +423,12 @@ impl Spawner {
             | libc::CLONE_NEWIPC
             | libc::CLONE_NEWUTS
             | libc::CLONE_NEWCGROUP;
-        let forked = sys::clone3(flags, cgroup.dir_fd());
-        if v1 && !matches!(forked, Ok(sys::Forked::Child)) {
+        let forked = sys::clone3(flags, cgroup.and_then(|c| c.dir_fd()));
+        if let (Some(home), false) = (v1_home, matches!(forked, Ok(sys::Forked::Child))) {
             // Only the spawner moves back; the child stays in the job's cgroup. A
             // spawner stuck in a job's cgroup would be killed with that job and charged
             // for it: fail closed, and let the server (and its supervisor) restart.
-            if let Err(e) = self
-                .cgroups
-                .enter_home()
-                .or_else(|_| self.cgroups.enter_home())
-            {
+            if let Err(e) = home.enter_home().or_else(|_| home.enter_home()) {
                 eprintln!(
                     "vivariumd spawner: cannot return to its home cgroup: {}",
                     error_chain(&e)
@@ -428,6 +445,7 @@ impl Spawner {
                 prepared,
                 new_root: self.config.state_dir.join("root"),
                 kernel_landlock_abi: self.landlock_abi,
+                rootless: self.config.rootless,
                 fds: InitFds {
                     sync: sync_r,
                     status: status_w,
@@ -442,9 +460,23 @@ impl Spawner {
         drop((sync_r, status_w, code, stdin, stdout, stderr));
         let lifeline = std::fs::File::from(sync_w);
         let write_maps = || -> std::io::Result<()> {
-            let host = self.config.id_base + 2 * slot;
-            let uid_map = format!("0 {host} 1\n{SANDBOX_UID} {} 1\n", host + 1);
-            let gid_map = format!("0 {host} 1\n{SANDBOX_GID} {} 1\n", host + 1);
+            let (uid_map, gid_map) = if self.config.rootless {
+                // An unprivileged writer may map only its own ids, one line each, and
+                // only after giving up setgroups in the new namespace.
+                std::fs::write(format!("/proc/{pid}/setgroups"), "deny")?;
+                let (uid, gid) = (nix::unistd::geteuid(), nix::unistd::getegid());
+                (
+                    format!("{SANDBOX_UID} {uid} 1\n"),
+                    format!("{SANDBOX_GID} {gid} 1\n"),
+                )
+            } else {
+                // Per job, its own pair of host ids: jobs never share a host uid.
+                let host = self.config.id_base + 2 * slot;
+                (
+                    format!("0 {host} 1\n{SANDBOX_UID} {} 1\n", host + 1),
+                    format!("0 {host} 1\n{SANDBOX_GID} {} 1\n", host + 1),
+                )
+            };
             std::fs::write(format!("/proc/{pid}/uid_map"), uid_map)?;
             std::fs::write(format!("/proc/{pid}/gid_map"), gid_map)?;
             (&lifeline).write_all(&[1])
