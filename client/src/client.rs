@@ -57,7 +57,7 @@ impl Client {
     /// hello for the daemon's logs.
     pub async fn connect_as(path: impl AsRef<Path>, client_name: &str) -> Result<Client> {
         let path = path.as_ref();
-        let sock = UnixSeqpacket::connect(path)
+        let sock = connect_socket(path)
             .await
             .map_err(|source| ClientError::Connect {
                 path: path.to_path_buf(),
@@ -264,4 +264,31 @@ pub(crate) fn unexpected(wanted: &str, got: &Event) -> ClientError {
         Event::Profiles(_) => "Profiles",
     };
     ClientError::Protocol(format!("expected {wanted}, got {kind}"))
+}
+
+/// Connect a SOCK_SEQPACKET socket to `path`. The connect itself is blocking (on a
+/// blocking thread): a non-blocking connect to a unix socket whose listen queue is full
+/// fails with EAGAIN, which tokio-seqpacket 0.8 mistakes for "in progress", handing back
+/// a socket that was never connected. A blocking connect waits for room instead.
+async fn connect_socket(path: &Path) -> std::io::Result<UnixSeqpacket> {
+    use nix::sys::socket::{connect, socket, AddressFamily, SockFlag, SockType, UnixAddr};
+    let path = path.to_path_buf();
+    let fd = tokio::task::spawn_blocking(move || -> std::io::Result<std::os::fd::OwnedFd> {
+        let fd = socket(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            SockFlag::SOCK_CLOEXEC,
+            None,
+        )?;
+        let addr = UnixAddr::new(&path)?;
+        connect(std::os::fd::AsRawFd::as_raw_fd(&fd), &addr)?;
+        nix::fcntl::fcntl(
+            &fd,
+            nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+        )?;
+        Ok(fd)
+    })
+    .await
+    .map_err(std::io::Error::other)??;
+    UnixSeqpacket::try_from(fd)
 }

@@ -1011,3 +1011,27 @@ async fn a_crashed_spawner_is_reported_and_stops_the_daemon() {
     assert_eq!(daemon.cgroup_leftovers(), Vec::<std::path::PathBuf>::new());
     prompt_job(&daemon, Duration::from_secs(10)).await;
 }
+
+/// The client library itself under a burst: 500 `Client::connect`s at once (far past the
+/// daemon's listen backlog of 128) all complete their hello. A non-blocking connect would
+/// see EAGAIN on a full listen queue, which tokio-seqpacket takes for "in progress".
+#[tokio::test(flavor = "multi_thread")]
+async fn a_burst_of_library_clients_all_connect() {
+    if !require_root() {
+        return;
+    }
+    raise_nofile(4096);
+    let daemon = Daemon::start(DaemonOpts::default());
+    let path = daemon.socket().to_owned();
+    let tasks: Vec<_> = (0..500)
+        .map(|_| {
+            let path = path.clone();
+            tokio::spawn(async move { vivarium_client::Client::connect(&path).await })
+        })
+        .collect();
+    let mut clients = Vec::new();
+    for t in tasks {
+        clients.push(t.await.expect("task").expect("connect + hello"));
+    }
+    assert_eq!(clients.len(), 500);
+}
