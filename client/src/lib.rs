@@ -32,7 +32,7 @@ use std::path::PathBuf;
 pub use client::{Client, Collected};
 pub use job::{Canceller, Job, JobEvent, JobHandle, Stream};
 pub use outcome::{
-    exit_code_for, format_bytes, format_ms, is_abnormal, summary_line, verbose_report,
+    exit_code_for, format_bytes, format_ms, is_abnormal, limit_name, summary_line, verbose_report,
     EXIT_CANCELLED, EXIT_OOM, EXIT_OUTPUT_LIMIT, EXIT_PIDS, EXIT_REFUSED, EXIT_TIMEOUT,
 };
 pub use socket_path::{

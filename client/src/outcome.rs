@@ -225,7 +225,8 @@ fn signal_name(sig: i32) -> Option<&'static str> {
     })
 }
 
-fn limit_name(limit: LimitKind) -> &'static str {
+/// The stable lower-case name of a limit (`wall`, `cpu`, `memory`, ...).
+pub fn limit_name(limit: LimitKind) -> &'static str {
     match limit {
         LimitKind::Wall => "wall",
         LimitKind::Cpu => "cpu",

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool, ToolAnnotations};
 use rmcp::schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use vivarium_client::{format_bytes, Outcome, ProfileInfo};
-use vivarium_proto::{ExitStatus, LimitKind, Reason};
+use vivarium_client::{format_bytes, limit_name, Outcome, ProfileInfo};
+use vivarium_proto::{ExitStatus, Reason};
 
 use crate::excerpt::{excerpt, tail_text, StreamExcerpt};
 
@@ -71,18 +71,6 @@ pub fn reason_name(reason: Reason) -> &'static str {
         Reason::Seccomp => "seccomp",
         Reason::Cancelled => "cancelled",
         Reason::SandboxError => "sandbox_error",
-    }
-}
-
-fn limit_name(limit: LimitKind) -> &'static str {
-    match limit {
-        LimitKind::Wall => "wall",
-        LimitKind::Cpu => "cpu",
-        LimitKind::Memory => "memory",
-        LimitKind::Pids => "pids",
-        LimitKind::Stdout => "stdout",
-        LimitKind::Stderr => "stderr",
-        LimitKind::Disk => "disk",
     }
 }
 

@@ -78,6 +78,20 @@ fn tmpfs(
     .map_err(|e| SetupError::nix("tmpfs", target, e))
 }
 
+/// Bind one file (not recursive) and remount the bind with `flags`.
+fn bind_file(source: &Path, target: &Path, flags: MsFlags) -> Result<(), SetupError> {
+    mount(Some(source), target, NONE, MsFlags::MS_BIND, NONE)
+        .map_err(|e| SetupError::nix("bind-file", target, e))?;
+    mount(
+        NONE,
+        target,
+        NONE,
+        MsFlags::MS_REMOUNT | MsFlags::MS_BIND | flags,
+        NONE,
+    )
+    .map_err(|e| SetupError::nix("remount-file", target, e))
+}
+
 fn placeholder_file(path: &Path) -> Result<(), SetupError> {
     if let Some(parent) = path.parent() {
         mkdir_p(parent)?;
@@ -163,21 +177,8 @@ pub fn populate(steps: &[MountStep], owner: (u32, u32)) -> Result<(), SetupError
                 placeholder_file(&target)?;
                 // The host node keeps its own (devtmpfs) superblock, so it works even
                 // though devices on filesystems mounted in a userns do not.
-                mount(
-                    Some(source.as_path()),
-                    &target,
-                    NONE,
-                    MsFlags::MS_BIND,
-                    NONE,
-                )
-                .map_err(|e| SetupError::nix("bind-dev", &target, e))?;
-                let flags = MsFlags::MS_REMOUNT
-                    | MsFlags::MS_BIND
-                    | MsFlags::MS_NOSUID
-                    | MsFlags::MS_NOEXEC
-                    | locked_flags(source)?;
-                mount(NONE, &target, NONE, flags, NONE)
-                    .map_err(|e| SetupError::nix("remount-dev", &target, e))?;
+                let flags = MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC | locked_flags(source)?;
+                bind_file(source, &target, flags)?;
             }
             MountStep::Proc { path } => {
                 let target = at(new_root, path);
@@ -201,22 +202,11 @@ pub fn populate(steps: &[MountStep], owner: (u32, u32)) -> Result<(), SetupError
                 std::fs::write(&source, contents)
                     .map_err(|e| SetupError::io("write", &source, &e))?;
                 let target = at(new_root, path);
-                mount(
-                    Some(source.as_path()),
-                    &target,
-                    NONE,
-                    MsFlags::MS_BIND,
-                    NONE,
-                )
-                .map_err(|e| SetupError::nix("mask", &target, e))?;
-                let flags = MsFlags::MS_REMOUNT
-                    | MsFlags::MS_BIND
-                    | MsFlags::MS_RDONLY
+                let flags = MsFlags::MS_RDONLY
                     | MsFlags::MS_NOSUID
                     | MsFlags::MS_NODEV
                     | MsFlags::MS_NOEXEC;
-                mount(NONE, &target, NONE, flags, NONE)
-                    .map_err(|e| SetupError::nix("remount-mask", &target, e))?;
+                bind_file(&source, &target, flags)?;
             }
         }
     }
