@@ -466,7 +466,7 @@ mod tests {
     #[test]
     fn timeout_is_an_error_with_the_reason() {
         let mut o = outcome(Reason::Timeout, ExitStatus::Signal(9));
-        o.limits_hit = vec![LimitKind::Wall];
+        o.limits_hit = vec![vivarium_proto::LimitKind::Wall];
         let r = call_result(&o, b"", b"", 100);
         assert_eq!(r.is_error, Some(true));
         let s = r.structured_content.clone().unwrap();
