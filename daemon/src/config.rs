@@ -184,10 +184,17 @@ impl Config {
         if name.is_empty() || name.contains('/') || name.starts_with('.') {
             return Err(bad("cgroup_subtree", "must be a plain directory name"));
         }
-        if self.id_base < 65536 || self.id_base.checked_add(2 * 4096 + 2).is_none() {
+        // Every job slot uses two host ids: the whole range must fit below u32::MAX
+        // (a wrap would map a job onto low host ids such as root's).
+        if self.id_base < 65536
+            || self
+                .id_base
+                .checked_add(2 * self.id_slots())
+                .is_none_or(|end| end == u32::MAX)
+        {
             return Err(bad(
                 "id_base",
-                "must be at least 65536 and leave room for 4096 slots",
+                "must be at least 65536 and leave room for 2 ids per job slot below 2^32-1",
             ));
         }
         Ok(())

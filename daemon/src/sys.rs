@@ -299,3 +299,10 @@ pub fn adopt_inherited_fd(fd: RawFd) -> io::Result<OwnedFd> {
     // passed descriptor once, at startup), so the OwnedFd is its sole owner.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
+
+/// Whether `fd` is an open descriptor (F_GETFD succeeds).
+pub fn fd_is_open(fd: RawFd) -> bool {
+    // SAFETY: F_GETFD only reads the descriptor's flags; no memory is involved and an
+    // unused number just yields EBADF.
+    unsafe { libc::fcntl(fd, libc::F_GETFD) != -1 }
+}

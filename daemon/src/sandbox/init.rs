@@ -354,13 +354,7 @@ fn payload(
     // 7. no_new_privs, Landlock, seccomp last.
     sys::set_no_new_privs().map_err(|e| SetupError::io("no_new_privs", "/".as_ref(), &e))?;
     let status = landlock::apply(&plan.landlock, kernel_landlock_abi)?;
-    std::fs::File::from(
-        exec_w
-            .try_clone()
-            .map_err(|e| SetupError::io("dup", "pipe".as_ref(), &e))?,
-    )
-    .write_all(&encode(&PayloadMsg::Landlock(status)))
-    .map_err(|e| SetupError::io("report", "pipe".as_ref(), &e))?;
+    let report = encode(&PayloadMsg::Landlock(status));
     let argv: Vec<*const libc::c_char> = prepared
         .argv
         .iter()
@@ -379,6 +373,9 @@ fn payload(
             detail: e.to_string(),
         })?;
     }
+    // Report only now that every layer is in place: a payload that dies before this
+    // line is a setup failure, never "running". (write is on the allowlist.)
+    nix::unistd::write(exec_w, &report).map_err(|e| SetupError::errno("report", e))?;
 
     // 8. execve; seccomp must allow it (it is the last syscall of our setup).
     let err = sys::execve(&prepared.exe, &argv, &envp);

@@ -47,7 +47,10 @@ fn bind_ro(source: &Path, target: &Path, extra: MsFlags) -> Result<(), SetupErro
         Some(source),
         target,
         NONE,
-        MsFlags::MS_BIND | MsFlags::MS_REC,
+        // Not MS_REC: a read-only remount changes only the top mount, so host mounts
+        // nested under a bind source would keep their own (writable, suid, dev) flags.
+        // Without MS_REC they are simply not there.
+        MsFlags::MS_BIND,
         NONE,
     )
     .map_err(|e| SetupError::nix("bind", target, e))?;

@@ -41,9 +41,20 @@ impl From<&super::SetupError> for Failure {
             super::SetupError::Sys { source, .. } => source.raw_os_error().unwrap_or(0),
             super::SetupError::Other { .. } => 0,
         };
+        // Keep the message well under PIPE_BUF and the 4 KiB frame limit: a long path
+        // in the detail must not make the whole report undecodable.
+        let mut detail = e.to_string();
+        if detail.len() > 1024 {
+            let mut cut = 1024;
+            while !detail.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            detail.truncate(cut);
+            detail.push_str("...");
+        }
         Failure {
             step: e.step().to_owned(),
-            detail: e.to_string(),
+            detail,
             errno,
         }
     }
@@ -80,6 +91,20 @@ pub fn decode_all<T: DeserializeOwned>(buf: &mut Vec<u8>) -> Vec<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_failure_still_fits_in_one_message() {
+        let long = std::path::PathBuf::from(format!("/{}", "é".repeat(4000)));
+        let err = crate::sandbox::SetupError::io(
+            "mkdir",
+            &long,
+            &std::io::Error::from_raw_os_error(libc::ENAMETOOLONG),
+        );
+        let msg = InitMsg::Failed(Failure::from(&err));
+        let mut bytes = encode(&msg);
+        assert!(bytes.len() < 2048, "{}", bytes.len());
+        assert_eq!(decode_all::<InitMsg>(&mut bytes), vec![msg]);
+    }
 
     #[test]
     fn messages_split_across_reads() {

@@ -108,6 +108,11 @@ pub fn activate(profile: Profile, facts: &HostFacts) -> ActiveProfile {
     }
     if facts.rootless {
         not_enforced.push("per-job host uid: every job runs as the daemon user's uid".into());
+        not_enforced.push(
+            "supplementary groups: a rootless job keeps the daemon user's (setgroups is \
+             denied in a single-id user namespace)"
+                .into(),
+        );
     }
     ActiveProfile {
         disabled: (!problems.is_empty()).then(|| problems.join("; ")),
@@ -376,6 +381,9 @@ mod tests {
                  rlimits only (RLIMIT_AS, RLIMIT_NPROC, RLIMIT_CPU); no OOM or pids evidence"
                     .to_owned(),
                 "per-job host uid: every job runs as the daemon user's uid".to_owned(),
+                "supplementary groups: a rootless job keeps the daemon user's (setgroups is \
+                 denied in a single-id user namespace)"
+                    .to_owned(),
             ]
         );
     }

@@ -63,6 +63,14 @@ pub fn main() -> ! {
     // If the server dies, so do we (and with us, through their own death signal, the
     // jobs' inits).
     let _ = sys::set_parent_death_signal(libc::SIGKILL);
+    // fds 0-2 must be taken (by /dev/null if the server had them closed): a job's
+    // pipes or pidfds landing there would be kept open in its init.
+    for fd in 0..3 {
+        if !sys::fd_is_open(fd) {
+            // open() takes the lowest free number: this one.
+            let _ = std::fs::File::open("/dev/null").map(std::os::fd::IntoRawFd::into_raw_fd);
+        }
+    }
     let code = match run(link) {
         Ok(()) => 0,
         Err(e) => {
@@ -410,11 +418,21 @@ impl Spawner {
         if let (Some(_), Some(cgroup)) = (v1_home, cgroup) {
             // ~0.1 ms for a single-threaded process moving itself, against 10-17 ms for
             // a parent writing the child's pid (performance.md).
-            cgroup.enter_self().map_err(|e| Failure {
-                step: "cgroup-attach".into(),
-                detail: error_chain(&e),
-                errno: 0,
-            })?;
+            if let Err(e) = cgroup.enter_self() {
+                // It may have joined some hierarchies already: go home, or stop.
+                if let Err(home_err) = v1_home.map_or(Ok(()), |h| h.enter_home()) {
+                    eprintln!(
+                        "vivariumd spawner: cannot return to its home cgroup: {}",
+                        error_chain(&home_err)
+                    );
+                    sys::exit_now(1);
+                }
+                return Err(Failure {
+                    step: "cgroup-attach".into(),
+                    detail: error_chain(&e),
+                    errno: 0,
+                });
+            }
         }
         let flags = libc::CLONE_NEWUSER
             | libc::CLONE_NEWNS
