@@ -52,14 +52,22 @@ pub fn apply(plan: &LandlockPlan, kernel_abi: u32) -> Result<LandlockStatus, Set
         let fd = PathFd::new(path).map_err(|e| err("landlock-path", e))?;
         Ok(PathBeneath::new(fd, access))
     };
+    // Execute is granted only beneath the host binds: everywhere else (the writable
+    // tmpfs mounts above all) Landlock backs up their noexec mount flag.
+    let read = AccessFs::from_read(abi) & !AccessFs::Execute;
     for dir in &plan.read_dirs {
+        created = created
+            .add_rule(rule(dir, read)?)
+            .map_err(|e| err("landlock-rule", e))?;
+    }
+    for dir in &plan.exec_dirs {
         created = created
             .add_rule(rule(dir, AccessFs::from_read(abi))?)
             .map_err(|e| err("landlock-rule", e))?;
     }
     for dir in &plan.write_dirs {
         created = created
-            .add_rule(rule(dir, AccessFs::from_all(abi))?)
+            .add_rule(rule(dir, AccessFs::from_all(abi) & !AccessFs::Execute)?)
             .map_err(|e| err("landlock-rule", e))?;
     }
     for file in &plan.write_files {

@@ -59,8 +59,11 @@ pub struct LandlockPlan {
     pub abi: u8,
     /// The lowest kernel ABI accepted (below `abi` is best effort, reported).
     pub min_abi: u8,
-    /// Read and execute beneath these.
+    /// Read beneath these.
     pub read_dirs: Vec<PathBuf>,
+    /// Execute beneath these: the read-only binds of host directories (the interpreter
+    /// and its libraries), nowhere else.
+    pub exec_dirs: Vec<PathBuf>,
     /// Full access beneath these (the job's tmpfs mounts).
     pub write_dirs: Vec<PathBuf>,
     /// Read and write (not create) on these files.
@@ -210,6 +213,18 @@ pub fn cgroup(profile: &Profile, limits: &JobLimits) -> CgroupPlan {
     }
 }
 
+/// The directories bound read-only from the host: the only places where Landlock
+/// allows execution.
+fn exec_dirs(mounts: &[MountStep]) -> Vec<PathBuf> {
+    mounts
+        .iter()
+        .filter_map(|m| match m {
+            MountStep::BindRo { source, path } if source.is_dir() => Some(path.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Build the plan for one job.
 pub fn build(
     job_id: u64,
@@ -225,10 +240,19 @@ pub fn build(
     argv.push(SCRIPT_PATH.to_owned());
     argv.extend(args.iter().cloned());
     let sec = &profile.file.security;
+    let mounts = mounts(profile);
     JobPlan {
         job_id,
         hostname: HOSTNAME.into(),
-        mounts: mounts(profile),
+        landlock: LandlockPlan {
+            abi: sec.landlock_abi,
+            min_abi: sec.landlock_min_abi,
+            read_dirs: vec!["/".into()],
+            exec_dirs: exec_dirs(&mounts),
+            write_dirs: vec!["/work".into(), "/tmp".into(), "/dev/shm".into()],
+            write_files: vec!["/dev/null".into(), "/dev/zero".into(), "/dev/full".into()],
+        },
+        mounts,
         interpreter: py.interpreter.clone(),
         argv,
         env: environment(profile),
@@ -242,13 +266,6 @@ pub fn build(
                 // processes (and threads) as uid 1000 inside.
                 nproc: u64::from(limits.pids),
             }),
-        },
-        landlock: LandlockPlan {
-            abi: sec.landlock_abi,
-            min_abi: sec.landlock_min_abi,
-            read_dirs: vec!["/".into()],
-            write_dirs: vec!["/work".into(), "/tmp".into(), "/dev/shm".into()],
-            write_files: vec!["/dev/null".into(), "/dev/zero".into(), "/dev/full".into()],
         },
         seccomp,
         cgroup: cgroup(profile, limits),
@@ -305,6 +322,7 @@ mod tests {
                 abi: 6,
                 min_abi: 6,
                 read_dirs: vec!["/".into()],
+                exec_dirs: vec!["/usr".into(), "/etc/ssl".into(), "/etc/python3.11".into()],
                 write_dirs: vec!["/work".into(), "/tmp".into(), "/dev/shm".into()],
                 write_files: vec!["/dev/null".into(), "/dev/zero".into(), "/dev/full".into()],
             }
