@@ -213,3 +213,23 @@ pub fn describe_output(out: &Output) -> String {
         String::from_utf8_lossy(&out.stderr)
     )
 }
+
+/// Assert that a job ended with `reason` and `exit`, and that `hit` is among its limits hit.
+pub fn assert_ended(
+    done: &Collected,
+    reason: proto::Reason,
+    exit: proto::ExitStatus,
+    hit: proto::LimitKind,
+) {
+    assert_eq!(
+        (done.outcome.reason, done.outcome.exit),
+        (reason, exit),
+        "{}",
+        describe(done)
+    );
+    assert!(
+        done.outcome.limits_hit.contains(&hit),
+        "limits_hit lacks {hit:?}\n{}",
+        describe(done)
+    );
+}

@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use vivarium_e2e::proto::{ExitStatus, LimitKind, Reason};
-use vivarium_e2e::{describe, evidence, probe, require_root, Collected, Daemon, DaemonOpts, Job};
+use vivarium_e2e::{
+    assert_ended, describe, evidence, probe, require_root, Collected, Daemon, DaemonOpts, Job,
+};
 
 const MIB: u64 = 1 << 20;
 /// How long the bystander job (and a host `true`) may take while a bomb goes off.
@@ -51,20 +53,6 @@ async fn detonate(bomb: Job) -> Collected {
     );
     daemon.assert_no_leaks(&before);
     done
-}
-
-fn assert_ended(done: &Collected, reason: Reason, exit: ExitStatus, hit: LimitKind) {
-    assert_eq!(
-        (done.outcome.reason, done.outcome.exit),
-        (reason, exit),
-        "{}",
-        describe(done)
-    );
-    assert!(
-        done.outcome.limits_hit.contains(&hit),
-        "limits_hit lacks {hit:?}\n{}",
-        describe(done)
-    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -7,25 +7,11 @@ use std::sync::Arc;
 use serde_json::json;
 use vivarium_e2e::proto::{ErrorCode, ExitStatus, LimitKind, Reason};
 use vivarium_e2e::{
-    default_profile_with, describe, describe_output, evidence, probe, require_root, Collected,
+    assert_ended, default_profile_with, describe, describe_output, evidence, probe, require_root,
     Daemon, DaemonOpts, Job,
 };
 
 const MIB: u64 = 1 << 20;
-
-fn assert_ended(done: &Collected, reason: Reason, exit: ExitStatus, hit: LimitKind) {
-    assert_eq!(
-        (done.outcome.reason, done.outcome.exit),
-        (reason, exit),
-        "{}",
-        describe(done)
-    );
-    assert!(
-        done.outcome.limits_hit.contains(&hit),
-        "limits_hit lacks {hit:?}\n{}",
-        describe(done)
-    );
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn wall_clock_limit() {
