@@ -1,0 +1,266 @@
+#!/usr/bin/env python3
+"""Vivarium's start-up and throughput benchmark, side by side in one run.
+
+Latency: every round runs each launcher once, in a rotating order, so machine drift and
+order effects hit all of them alike; each launcher runs the same interpreter with the same
+flags (`/usr/bin/python3 -I -S`, never a PATH shim):
+  bare     /usr/bin/python3 -I -S -c pass
+  bwrap    Debian's bubblewrap: all namespaces, read-only /usr, /proc, /dev, /tmp, no caps
+  viv      `viv run` of a file holding `pass` (the CLI process included), fully sandboxed
+  library  the client library (client/examples/bench_client.rs): connect, submit
+           `pass`, outcome; measured inside that process
+Ratios are to the bare interpreter: the ratio of medians and the median of per-round
+ratios. Throughput: jobs per second with 1, 2 and 8 concurrent clients over a fixed time,
+bare interpreter starts beside library jobs. Memory: the daemon's and the spawner's peak
+resident set (VmHWM) after the run.
+
+Usage (as root, after `cargo build --release --workspace --examples`):
+  python3 bench/perf.py [--runs 200] [--seconds 10] [--write docs/PERFORMANCE.md]
+"""
+import argparse
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PY = "/usr/bin/python3"
+FLAGS = ["-I", "-S"]
+
+
+def pct(xs, p):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
+
+
+def timed(cmd):
+    t = time.perf_counter()
+    r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    dt = (time.perf_counter() - t) * 1000
+    if r.returncode != 0:
+        sys.exit(f"{cmd} failed ({r.returncode}): {r.stderr.decode()[-800:]}")
+    return dt
+
+
+def bwrap_cmd(code):
+    """bubblewrap with an isolation set comparable to Vivarium's namespaces and mounts
+    (it has no Landlock, seccomp, cgroup limits or rlimits: Vivarium does more)."""
+    cmd = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+           "--ro-bind", "/usr", "/usr"]
+    for link in ("bin", "lib", "lib64", "sbin"):
+        target = os.readlink(f"/{link}") if os.path.islink(f"/{link}") else None
+        if target:
+            cmd += ["--symlink", target, f"/{link}"]
+        elif os.path.isdir(f"/{link}"):
+            cmd += ["--ro-bind", f"/{link}", f"/{link}"]
+    cmd += ["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache",
+            "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--chdir", "/tmp",
+            "--clearenv", PY, *FLAGS, "-c", code]
+    return cmd
+
+
+class Library:
+    """A long-lived bench_client in latency mode: one line in, one job, one time out."""
+
+    def __init__(self, exe, sock, profile):
+        self.p = subprocess.Popen([exe, "--socket", sock, "--profile", profile, "--code", "pass",
+                                   "--expect", "", "--mode", "latency"],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def __call__(self):
+        self.p.stdin.write("go\n")
+        self.p.stdin.flush()
+        line = self.p.stdout.readline()
+        if not line:
+            sys.exit("bench_client failed (see its stderr above)")
+        return float(line)
+
+    def close(self):
+        self.p.stdin.close()
+        self.p.wait(timeout=10)
+
+
+def bare_throughput(clients, seconds):
+    deadline = time.monotonic() + seconds
+    counts = [0] * clients
+
+    def loop(i):
+        while time.monotonic() < deadline:
+            subprocess.run([PY, *FLAGS, "-c", "pass"], check=True)
+            counts[i] += 1
+
+    start = time.monotonic()
+    threads = [threading.Thread(target=loop, args=(i,)) for i in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return sum(counts) / (time.monotonic() - start)
+
+
+def library_throughput(exe, sock, profile, clients, seconds):
+    out = subprocess.run([exe, "--socket", sock, "--profile", profile, "--code", "pass",
+                          "--expect", "", "--mode", "throughput", "--clients", str(clients),
+                          "--seconds", str(seconds)], check=True, capture_output=True, text=True)
+    fields = dict(kv.split("=") for kv in out.stdout.split())
+    if int(fields["failed"]):
+        sys.exit(f"library throughput: {fields['failed']} jobs failed")
+    return int(fields["jobs"]) / float(fields["seconds"])
+
+
+def vm_hwm_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    return 0
+
+
+def spawner_pid(daemon_pid):
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except OSError:
+            continue
+        if ppid == daemon_pid and b"__spawner" in cmdline:
+            return int(entry)
+    return None
+
+
+def machine():
+    cpu = "unknown cpu"
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    with open("/proc/meminfo") as f:
+        mem_gib = int(f.readline().split()[1]) / 2**20
+    py = subprocess.run([PY, "-c", "import sys; print(sys.version.split()[0])"],
+                        capture_output=True, text=True).stdout.strip()
+    bw = subprocess.run(["bwrap", "--version"], capture_output=True, text=True).stdout.strip()
+    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True).stdout.strip()
+    return (f"{platform.node()}: Linux {os.uname().release}, {os.cpu_count()} vCPUs ({cpu}), "
+            f"{mem_gib:.0f} GiB; {PY} {py}; {bw}; vivarium {commit or 'unknown'}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=200)
+    ap.add_argument("--seconds", type=float, default=10.0, help="per throughput measurement")
+    ap.add_argument("--target", default=os.path.join(ROOT, "target", "release"))
+    ap.add_argument("--write", metavar="MD", help="also write the results as Markdown")
+    args = ap.parse_args()
+    daemon, viv = (os.path.join(args.target, b) for b in ("vivariumd", "viv"))
+    lib_exe = os.path.join(args.target, "examples", "bench_client")
+    for b in (daemon, viv, lib_exe):
+        if not os.path.exists(b):
+            sys.exit(f"{b} missing: run `cargo build --release --workspace --examples` first")
+    if not shutil.which("bwrap"):
+        sys.exit("bwrap missing: apt-get install bubblewrap")
+    tmp = tempfile.mkdtemp(prefix="vivarium-perf-")
+    d = None
+    try:
+        prof = os.path.join(tmp, "profiles")
+        os.makedirs(prof)
+        shutil.copytree(os.path.join(ROOT, "profiles", "seccomp"), os.path.join(prof, "seccomp"))
+        text = open(os.path.join(ROOT, "profiles", "default.toml")).read()
+        text = text.replace('args = ["-I", "-u"]', 'args = ["-I", "-S"]')
+        assert '"-S"' in text
+        with open(os.path.join(prof, "bench.toml"), "w") as f:
+            f.write(text)
+        sock = os.path.join(tmp, "d.sock")
+        cfg = os.path.join(tmp, "d.toml")
+        with open(cfg, "w") as f:
+            f.write(f'socket = "{sock}"\nprofiles_dir = "{prof}"\nstate_dir = "{tmp}/state"\n'
+                    f'cgroup_subtree = "vivarium-bench-{os.getpid()}"\nmax_concurrent_jobs = 16\n')
+        log = open(os.path.join(tmp, "d.log"), "w")
+        d = subprocess.Popen([daemon, "--config", cfg], stderr=log,
+                             env={**os.environ, "VIVARIUM_LOG": "warn"})
+        for _ in range(200):
+            if os.path.exists(sock):
+                break
+            time.sleep(0.05)
+        else:
+            sys.exit("the daemon did not come up")
+        script = os.path.join(tmp, "pass.py")
+        with open(script, "w") as f:
+            f.write("pass\n")
+        lib = Library(lib_exe, sock, "bench")
+        launchers = [
+            ("bare", f"{PY} -I -S -c pass", lambda: timed([PY, *FLAGS, "-c", "pass"])),
+            ("bwrap", "bwrap --unshare-all ... python3 -I -S -c pass", lambda: timed(bwrap_cmd("pass"))),
+            ("viv", "viv run (CLI), sandboxed, -I -S", lambda: timed([viv, "--socket", sock, "run",
+                                                                       "--profile", "bench", script])),
+            ("library", "client library submit-to-outcome", lib),
+        ]
+        for _ in range(10):  # warm the page cache and the daemon on every side
+            for _, _, f in launchers:
+                f()
+        times = {name: [] for name, _, _ in launchers}
+        for i in range(args.runs):
+            k = i % len(launchers)
+            for name, _, f in launchers[k:] + launchers[:k]:
+                times[name].append(f())
+        lib.close()
+        bare = times["bare"]
+        rows = []
+        for name, label, _ in launchers:
+            xs = times[name]
+            paired = statistics.median(y / x for x, y in zip(bare, xs))
+            rows.append((label, statistics.median(xs), pct(xs, 90), pct(xs, 99),
+                         statistics.median(xs) / statistics.median(bare), paired))
+        tput = []
+        for clients in (1, 2, 8):
+            tput.append((clients, bare_throughput(clients, args.seconds),
+                         library_throughput(lib_exe, sock, "bench", clients, args.seconds)))
+        sp = spawner_pid(d.pid)
+        mem = (vm_hwm_kib(d.pid), vm_hwm_kib(sp) if sp else 0)
+    finally:
+        if d is not None:
+            d.send_signal(signal.SIGTERM)
+            d.wait(timeout=10)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    lines = [f"Machine: {machine()}",
+             f"Latency: {args.runs} rounds, launchers interleaved in rotating order.", "",
+             "| launcher | median ms | p90 ms | p99 ms | ratio of medians | median paired ratio |",
+             "|---|---:|---:|---:|---:|---:|"]
+    lines += [f"| {l} | {m:.2f} | {p90:.2f} | {p99:.2f} | {r:.2f}x | {pr:.2f}x |"
+              for l, m, p90, p99, r, pr in rows]
+    lines += ["| warm path | not built yet | | | | |",
+              "| numpy job, cold and warm | not built yet (needs package environments) | | | | |",
+              "", f"Throughput over {args.seconds:g} s per cell (jobs/s):", "",
+              "| concurrent clients | bare `python3 -I -S -c pass` | sandboxed (library) | ratio |",
+              "|---:|---:|---:|---:|"]
+    lines += [f"| {c} | {b:.1f} | {s:.1f} | {s / b:.2f}x |" for c, b, s in tput]
+    lines += ["", f"Peak resident memory (VmHWM): daemon {mem[0] / 1024:.1f} MiB, "
+                  f"spawner {mem[1] / 1024:.1f} MiB."]
+    out = "\n".join(lines)
+    print(out)
+    if args.write:
+        with open(args.write) as f:
+            doc = f.read()
+        begin, end = "<!-- perf.py begin -->", "<!-- perf.py end -->"
+        if begin not in doc or end not in doc:
+            sys.exit(f"{args.write} lacks the {begin} / {end} markers")
+        head, rest = doc.split(begin, 1)
+        _, tail = rest.split(end, 1)
+        with open(args.write, "w") as f:
+            f.write(f"{head}{begin}\n{out}\n{end}{tail}")
+
+
+if __name__ == "__main__":
+    main()

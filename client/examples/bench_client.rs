@@ -1,0 +1,104 @@
+//! Benchmark driver for `bench/perf.py`: times jobs submitted through the client library.
+//!
+//! Two modes:
+//! - `latency`: reads one line per job on stdin, runs the job on a fresh connection and
+//!   writes its submit-to-outcome time in milliseconds on stdout (so the Python driver can
+//!   interleave library jobs with other launchers, pair by pair).
+//! - `throughput`: `--clients N` tasks, each on its own connection, run jobs back to back
+//!   for `--seconds S`; prints `jobs=<n> seconds=<s> failed=<n>`.
+//!
+//! A job that does not end `ok` with the expected stdout counts as failed (and makes
+//! `latency` exit non-zero): a benchmark of failing jobs measures nothing.
+
+use std::io::BufRead;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, ValueEnum};
+use vivarium_client::proto::Reason;
+use vivarium_client::{Client, Job};
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Mode {
+    Latency,
+    Throughput,
+}
+
+#[derive(Parser)]
+struct Args {
+    #[arg(long)]
+    socket: std::path::PathBuf,
+    #[arg(long, default_value = "default")]
+    profile: String,
+    #[arg(long, default_value = "print(1)")]
+    code: String,
+    /// What a successful job prints on stdout.
+    #[arg(long, default_value = "1\n")]
+    expect: String,
+    #[arg(long, value_enum, default_value = "latency")]
+    mode: Mode,
+    #[arg(long, default_value_t = 1)]
+    clients: usize,
+    #[arg(long, default_value_t = 10.0)]
+    seconds: f64,
+}
+
+async fn one_job(args: &Args) -> Result<f64> {
+    let job = Job::new(args.code.clone()).profile(args.profile.clone());
+    let start = Instant::now();
+    let mut client = Client::connect(&args.socket).await?;
+    let done = client.run_collect(&job, None).await?;
+    let ms = start.elapsed().as_secs_f64() * 1000.0;
+    if done.outcome.reason != Reason::Ok || done.stdout != args.expect.as_bytes() {
+        bail!(
+            "job ended {:?} with stdout {:?}, stderr {:?}",
+            done.outcome.reason,
+            String::from_utf8_lossy(&done.stdout),
+            String::from_utf8_lossy(&done.stderr)
+        );
+    }
+    Ok(ms)
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> Result<()> {
+    let args = Args::parse();
+    match args.mode {
+        Mode::Latency => {
+            let stdin = std::io::stdin();
+            for line in stdin.lock().lines() {
+                line.context("reading stdin")?;
+                let ms = one_job(&args).await?;
+                println!("{ms:.3}");
+            }
+        }
+        Mode::Throughput => {
+            let args = std::sync::Arc::new(args);
+            let deadline = Instant::now() + Duration::from_secs_f64(args.seconds);
+            let start = Instant::now();
+            let mut tasks = Vec::new();
+            for _ in 0..args.clients {
+                let args = args.clone();
+                tasks.push(tokio::spawn(async move {
+                    let (mut ok, mut failed) = (0u64, 0u64);
+                    while Instant::now() < deadline {
+                        match one_job(&args).await {
+                            Ok(_) => ok += 1,
+                            Err(_) => failed += 1,
+                        }
+                    }
+                    (ok, failed)
+                }));
+            }
+            let (mut ok, mut failed) = (0, 0);
+            for t in tasks {
+                let (o, f) = t.await?;
+                ok += o;
+                failed += f;
+            }
+            let secs = start.elapsed().as_secs_f64();
+            println!("jobs={ok} seconds={secs:.3} failed={failed}");
+        }
+    }
+    Ok(())
+}
