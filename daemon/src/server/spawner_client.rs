@@ -68,6 +68,9 @@ pub struct HostFacts {
     pub landlock_abi: u32,
     /// The daemon runs as an ordinary user.
     pub rootless: bool,
+    /// Test-only weakening the spawner applies to every job (empty in production);
+    /// every profile lists it in `not_enforced`.
+    pub weakened: Vec<String>,
 }
 
 impl SpawnerClient {
@@ -96,12 +99,14 @@ impl SpawnerClient {
                 controllers,
                 cgroup_problem,
                 landlock_abi,
+                weakened,
             }) => HostFacts {
                 cgroup,
                 controllers,
                 cgroup_problem,
                 landlock_abi,
                 rootless,
+                weakened,
             },
             Some(FromSpawner::InitFailed(why)) => return Err(SpawnerError::Init(why)),
             _ if n == 0 => return Err(SpawnerError::Init("spawner exited during setup".into())),
