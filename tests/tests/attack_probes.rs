@@ -491,18 +491,31 @@ async fn run_probe(
     code: String,
     profile: &str,
     args: String,
-    weakened: bool,
+    weakened: Option<Vec<String>>,
 ) -> Answer {
     let job = Job::new(code).profile(profile).arg(args);
     let done: Collected = daemon
         .try_run(&job, None)
         .await
         .map_err(|e| format!("the daemon refused the job: {e:?}"))?;
-    // A weakened daemon says so in every outcome; the real one never does.
+    // A weakened daemon names exactly its dropped layers in every outcome; the real one
+    // never names any.
     let not_enforced = &done.outcome.isolation.not_enforced;
-    if weakened != not_enforced.iter().any(|n| n.contains(WEAKENING_MARK)) {
+    let mut named: Vec<String> = not_enforced
+        .iter()
+        .filter_map(|n| n.strip_prefix(&format!("{WEAKENING_MARK}: ")))
+        .filter_map(|n| n.strip_suffix(" switched off"))
+        .map(str::to_owned)
+        .collect();
+    named.sort();
+    let marked = not_enforced.iter().any(|n| n.contains(WEAKENING_MARK));
+    let consistent = match &weakened {
+        None => !marked,
+        Some(drop) => marked && &named == drop,
+    };
+    if !consistent {
         return Err(format!(
-            "not_enforced {not_enforced:?} (weakened daemon: {weakened})"
+            "not_enforced {not_enforced:?}, but the daemon drops {weakened:?}"
         ));
     }
     if done.outcome.reason != Reason::Ok {
@@ -536,12 +549,12 @@ type PlannedJob = (String, String, String, String, Value);
 async fn run_all(
     daemon: Arc<Daemon>,
     jobs: Vec<PlannedJob>,
-    weakened: bool,
+    weakened: Option<Vec<String>>,
 ) -> Vec<((String, String), Answer)> {
     let permits = Arc::new(Semaphore::new(CONCURRENCY));
     let mut tasks = tokio::task::JoinSet::new();
     for (name, code, profile, label, args) in jobs {
-        let (daemon, permits) = (daemon.clone(), permits.clone());
+        let (daemon, permits, weakened) = (daemon.clone(), permits.clone(), weakened.clone());
         tasks.spawn(async move {
             let _permit = permits.acquire_owned().await.expect("semaphore");
             let answer =
@@ -610,7 +623,7 @@ async fn escape_probes_are_blocked_and_their_detectors_work() {
     }
     let mut jobs = plan.len();
     let mut answers: BTreeMap<(String, String), Answer> = BTreeMap::new();
-    answers.extend(run_all(daemon.clone(), plan, false).await);
+    answers.extend(run_all(daemon.clone(), plan, None).await);
     let real_secs = started.elapsed().as_secs_f64();
 
     let mut failures = canaries.check_host();
@@ -669,10 +682,15 @@ async fn escape_probes_are_blocked_and_their_detectors_work() {
             ));
         }
         jobs += plan.len();
-        answers.extend(run_all(weak_daemon.clone(), plan, true).await);
+        answers.extend(run_all(weak_daemon.clone(), plan, Some(drop.clone())).await);
         std::mem::drop(weak_daemon);
     }
     let weak_secs = weak_started.elapsed().as_secs_f64();
+    if std::env::var("VIVARIUM_ATTACK_VERBOSE").as_deref() == Ok("1") {
+        for ((name, run), answer) in answers.iter().filter(|((_, r), _)| r.starts_with("weak:")) {
+            let _ = writeln!(std::io::stderr(), "{name} under {run}: {answer:?}");
+        }
+    }
     // Host-side evidence for the one weakened probe that writes: the weak canary changed.
     if answers
         .get(&(
@@ -754,6 +772,9 @@ async fn escape_probes_are_blocked_and_their_detectors_work() {
     );
 }
 
+/// Whether a `no_proof` reason belongs to a group of the table.
+type ReasonFilter = fn(&str) -> bool;
+
 /// The probe table for `docs/SECURITY.md`: counts by class, every probe, the probes without
 /// a detector proof and the findings.
 fn render_table(probes: &[Probe], answers: &BTreeMap<(String, String), Answer>) -> String {
@@ -795,14 +816,37 @@ fn render_table(probes: &[Probe], answers: &BTreeMap<(String, String), Answer>) 
             verdict(&p.name, "compat"),
         );
     }
-    out.push_str("\n### Probes without a detector proof\n\n");
-    for p in probes.iter().filter(|p| p.weakened.is_none()) {
-        let _ = writeln!(
-            out,
-            "- `{}`: {}",
-            p.name,
-            p.no_proof.as_deref().unwrap_or("")
-        );
+    out.push_str("\n### Probes without a detector proof\n");
+    let groups: [(&str, ReasonFilter); 3] = [
+        (
+            "Host-kernel exceptions: the kernel itself refuses, with nothing of Vivarium's \
+             to switch off",
+            |why| why.starts_with("host kernel") || why.starts_with("kernel default"),
+        ),
+        (
+            "Stopped by the user namespace, which every weakened run keeps (dropping it \
+             would mean real host root)",
+            |why| why.starts_with("user namespace"),
+        ),
+        ("Not proven, for the reason given", |_| true),
+    ];
+    let mut listed: Vec<&str> = Vec::new();
+    for (title, belongs) in groups {
+        let members: Vec<&Probe> = probes
+            .iter()
+            .filter(|p| p.weakened.is_none() && !listed.contains(&p.name.as_str()))
+            .filter(|p| belongs(p.no_proof.as_deref().unwrap_or("")))
+            .collect();
+        let _ = writeln!(out, "\n{title} ({}):\n", members.len());
+        for p in members {
+            listed.push(&p.name);
+            let _ = writeln!(
+                out,
+                "- `{}`: {}",
+                p.name,
+                p.no_proof.as_deref().unwrap_or("")
+            );
+        }
     }
     out.push_str("\n### Findings: ESCAPED in the real profiles\n\n");
     let findings: Vec<&Probe> = probes.iter().filter(|p| p.finding.is_some()).collect();
