@@ -518,6 +518,21 @@ async fn run_probe(
             "not_enforced {not_enforced:?}, but the daemon drops {weakened:?}"
         ));
     }
+    // ... and its isolation report lists only the namespaces the job had.
+    let namespaces = &done.outcome.isolation.namespaces;
+    let drop = weakened.as_deref().unwrap_or_default();
+    for (ns, layer) in [
+        ("pid", "pid-ns"),
+        ("net", "net-ns"),
+        ("uts", "uts-ns"),
+        ("cgroup", "cgroup-ns"),
+    ] {
+        if drop.iter().any(|d| d == layer) == namespaces.iter().any(|n| n == ns) {
+            return Err(format!(
+                "isolation.namespaces {namespaces:?}, but the daemon drops {drop:?}"
+            ));
+        }
+    }
     if done.outcome.reason != Reason::Ok {
         return Err(format!("the probe did not exit 0\n{}", describe(&done)));
     }

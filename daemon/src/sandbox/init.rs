@@ -17,6 +17,9 @@
 //!    seccomp LAST, so that the setup itself needs none of the allowlisted syscalls.
 //! 8. execve. Until then a failure is reported as (step, errno) on a close-on-exec
 //!    pipe; EOF there means execve worked.
+//!
+//! A test-only [`Weakening`] (see `weaken.rs`) can leave steps out; production always
+//! passes an empty one.
 
 use super::plan::{JobPlan, SANDBOX_GID, SANDBOX_UID, SCRIPT_PATH};
 use super::report::{encode, Failure, InitMsg, PayloadMsg, WaitStatus};

@@ -115,7 +115,7 @@ pub fn activate(profile: Profile, facts: &HostFacts) -> ActiveProfile {
         );
     }
     // A test-only weakened daemon (crate::sandbox::weaken) says so in every outcome.
-    not_enforced.extend(facts.weakened.iter().cloned());
+    not_enforced.extend(facts.weakened.describe());
     ActiveProfile {
         disabled: (!problems.is_empty()).then(|| problems.join("; ")),
         profile,
@@ -332,7 +332,7 @@ mod tests {
             cgroup_problem: None,
             landlock_abi,
             rootless: false,
-            weakened: Vec::new(),
+            weakened: Default::default(),
         }
     }
 
@@ -367,7 +367,7 @@ mod tests {
             cgroup_problem: Some("cannot create cgroup: EACCES".into()),
             landlock_abi: 7,
             rootless: true,
-            weakened: Vec::new(),
+            weakened: Default::default(),
         };
         let default = activate(shipped("default"), &facts);
         let why = default.disabled.expect("default needs cgroups");
@@ -398,7 +398,7 @@ mod tests {
         let mut w = Weakening::none();
         w.layers.insert(Layer::PidNs);
         let mut weak = facts(7, ALL);
-        weak.weakened = w.describe();
+        weak.weakened = w;
         for name in ["default", "compat"] {
             let a = activate(shipped(name), &weak);
             assert_eq!(a.disabled, None);

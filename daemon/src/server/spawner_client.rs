@@ -69,8 +69,8 @@ pub struct HostFacts {
     /// The daemon runs as an ordinary user.
     pub rootless: bool,
     /// Test-only weakening the spawner applies to every job (empty in production);
-    /// every profile lists it in `not_enforced`.
-    pub weakened: Vec<String>,
+    /// every profile lists it in `not_enforced`, and outcomes report what it removed.
+    pub weakened: crate::sandbox::weaken::Weakening,
 }
 
 impl SpawnerClient {
@@ -80,6 +80,7 @@ impl SpawnerClient {
         config: SpawnerConfig,
     ) -> Result<(Self, HostFacts, std::process::Child), SpawnerError> {
         let rootless = config.rootless;
+        let weakened = config.weakening.clone();
         // tokio needs a non-blocking fd: a blocking recv would park a worker thread
         // (and with it any task woken onto that worker's queue).
         nix::fcntl::fcntl(
@@ -99,7 +100,6 @@ impl SpawnerClient {
                 controllers,
                 cgroup_problem,
                 landlock_abi,
-                weakened,
             }) => HostFacts {
                 cgroup,
                 controllers,

@@ -60,8 +60,6 @@ pub enum FromSpawner {
         controllers: Vec<String>,
         cgroup_problem: Option<String>,
         landlock_abi: u32,
-        /// The spawner's account of its test-only weakening (empty in production).
-        weakened: Vec<String>,
     },
     InitFailed(String),
     /// The payload exec'd the interpreter.

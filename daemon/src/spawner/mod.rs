@@ -176,7 +176,6 @@ fn run(link: OwnedFd) -> Result<(), String> {
                 .collect(),
             cgroup_problem,
             landlock_abi,
-            weakened: config.weakening.describe(),
         },
     )
     .map_err(|e| e.to_string())?;
