@@ -39,6 +39,9 @@ pub struct DaemonOpts {
     /// A command the daemon is started through (e.g. `setpriv --bounding-set ...`); the
     /// daemon's path and arguments follow it.
     pub exec_prefix: Vec<String>,
+    /// Run this binary instead of `vivariumd` (the test-only `vivariumd-weakened`),
+    /// with these arguments before the daemon's own.
+    pub binary: Option<(PathBuf, Vec<String>)>,
 }
 
 impl Default for DaemonOpts {
@@ -56,6 +59,7 @@ impl Default for DaemonOpts {
             socket_activated: false,
             notify_socket: None,
             exec_prefix: Vec::new(),
+            binary: None,
         }
     }
 }
@@ -102,6 +106,14 @@ impl DaemonOpts {
         self.notify_socket = Some(path.to_owned());
         self
     }
+    /// Start the test-only `vivariumd-weakened` with `args` (`--weaken ...`,
+    /// `--expose ...`) and `VIVARIUM_TEST_WEAKENED=1`, instead of `vivariumd`.
+    pub fn weakened(mut self, args: &[String]) -> Self {
+        self.binary = Some((bin("vivariumd-weakened"), args.to_vec()));
+        self.env.push(("VIVARIUM_TEST_WEAKENED".into(), "1".into()));
+        self
+    }
+
     pub fn exec_prefix(mut self, command: &[&str]) -> Self {
         self.exec_prefix = command.iter().map(|s| s.to_string()).collect();
         self
@@ -140,6 +152,7 @@ pub struct Daemon {
     env: Vec<(String, String)>,
     socket_activated: bool,
     exec_prefix: Vec<String>,
+    binary: Option<(PathBuf, Vec<String>)>,
 }
 
 impl Daemon {
@@ -229,6 +242,7 @@ impl Daemon {
             env,
             socket_activated: opts.socket_activated,
             exec_prefix: opts.exec_prefix,
+            binary: opts.binary,
         };
         daemon.spawn()?;
         Ok(daemon)
@@ -256,6 +270,10 @@ impl Daemon {
         } else if let Some((first, rest)) = self.exec_prefix.split_first() {
             let mut cmd = Command::new(first);
             cmd.args(rest).arg(bin("vivariumd"));
+            cmd
+        } else if let Some((binary, args)) = &self.binary {
+            let mut cmd = Command::new(binary);
+            cmd.args(args);
             cmd
         } else {
             Command::new(bin("vivariumd"))

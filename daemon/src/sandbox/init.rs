@@ -17,9 +17,13 @@
 //!    seccomp LAST, so that the setup itself needs none of the allowlisted syscalls.
 //! 8. execve. Until then a failure is reported as (step, errno) on a close-on-exec
 //!    pipe; EOF there means execve worked.
+//!
+//! A test-only [`Weakening`] (see `weaken.rs`) can leave steps out; production always
+//! passes an empty one.
 
 use super::plan::{JobPlan, SANDBOX_GID, SANDBOX_UID, SCRIPT_PATH};
 use super::report::{encode, Failure, InitMsg, PayloadMsg, WaitStatus};
+use super::weaken::{self, Layer, Weakening};
 use super::{caps, landlock, mount, rlimit, SetupError};
 use crate::sys;
 use nix::sys::wait::{waitpid, WaitStatus as NixWait};
@@ -87,6 +91,8 @@ pub struct InitArgs<'a> {
     /// The daemon is an ordinary user: the job's user namespace maps only uid/gid 1000
     /// (to the daemon's own ids), so there is no uid 0 inside to switch to.
     pub rootless: bool,
+    /// Layers to leave out: empty except in the attack suite's test-only binary.
+    pub weakening: &'a Weakening,
     pub fds: InitFds,
 }
 
@@ -113,7 +119,9 @@ pub fn run(args: InitArgs<'_>) -> ! {
         &fds.stderr,
     ]
     .map(|f| f.as_raw_fd() as u32);
-    if sys::close_all_except(&[&keep[..], &[0, 1, 2]].concat()).is_err() {
+    if !args.weakening.drops(Layer::CloseFds)
+        && sys::close_all_except(&[&keep[..], &[0, 1, 2]].concat()).is_err()
+    {
         sys::exit_now(120);
     }
     let InitArgs {
@@ -122,6 +130,7 @@ pub fn run(args: InitArgs<'_>) -> ! {
         new_root,
         kernel_landlock_abi,
         rootless,
+        weakening,
         fds,
     } = args;
     let status = std::fs::File::from(fds.status);
@@ -136,7 +145,7 @@ pub fn run(args: InitArgs<'_>) -> ! {
         plan,
         prepared,
         new_root,
-        (kernel_landlock_abi, rootless),
+        (kernel_landlock_abi, rootless, weakening),
         fds,
         &status,
     ) {
@@ -160,7 +169,7 @@ fn init(
     plan: &JobPlan,
     prepared: &Prepared,
     new_root: PathBuf,
-    (kernel_landlock_abi, rootless): (u32, bool),
+    (kernel_landlock_abi, rootless, weakening): (u32, bool, &Weakening),
     fds: ChildFds,
     status: &std::fs::File,
 ) -> Result<(), SetupError> {
@@ -177,7 +186,7 @@ fn init(
     // namespace (Linux 6.3+) and acts on the writer's own, which is the job's; its
     // file is writable only by the host's uid 0, which init still is here. Where the
     // kernel lacks it, or the daemon is not root, the outcome's not_enforced says so.
-    if !rootless {
+    if !rootless && !weakening.drops(Layer::MemfdNoexec) {
         set_memfd_noexec()?;
     }
 
@@ -213,11 +222,20 @@ fn init(
     drop(sync);
     let owner = (SANDBOX_UID, SANDBOX_GID);
     mount::enter_root()?;
-    mount::populate(&plan.mounts, owner)?;
+    if weakening.is_empty() {
+        mount::populate(&plan.mounts, owner)?;
+    } else {
+        let steps = weaken::before_populate(weakening, &plan.mounts)?;
+        mount::populate(&steps, owner)?;
+        weaken::after_populate(weakening, &plan.mounts)?;
+    }
     mount::pivot()?;
 
     // 3. Hostname, the script, rlimits (inherited by the payload).
-    nix::unistd::sethostname(&plan.hostname).map_err(|e| SetupError::errno("sethostname", e))?;
+    if !weakening.drops(Layer::UtsNs) {
+        nix::unistd::sethostname(&plan.hostname)
+            .map_err(|e| SetupError::errno("sethostname", e))?;
+    }
     let mut code = Vec::new();
     std::fs::File::from(fds.code)
         .read_to_end(&mut code)
@@ -237,7 +255,7 @@ fn init(
         ForkResult::Child => {
             drop(exec_r);
             let stdio = [fds.stdin, fds.stdout, fds.stderr];
-            let layers = (kernel_landlock_abi, rootless);
+            let layers = (kernel_landlock_abi, rootless, weakening);
             let err = match payload(&stdio, plan, prepared, layers, &exec_w) {
                 Ok(never) => match never {},
                 Err(e) => e,
@@ -251,6 +269,9 @@ fn init(
     // The payload has the only copies of stdio that matter: EOF reaches the server
     // as soon as the job's processes are gone.
     drop((fds.stdin, fds.stdout, fds.stderr, exec_w));
+    if !weakening.is_empty() {
+        weaken::init_after_fork(weakening)?;
+    }
 
     let mut buf = Vec::new();
     let _ = std::fs::File::from(exec_r).read_to_end(&mut buf);
@@ -277,7 +298,14 @@ fn init(
     // The job is over: end whatever it left running (kill(-1) from a pid namespace's
     // init reaches every other process in it) and reap it all, so that when the
     // spawner hears `Exited`, only this process is left.
-    let _ = nix::sys::signal::kill(Pid::from_raw(-1), nix::sys::signal::Signal::SIGKILL);
+    // (Without a pid namespace of its own, a test-only weakening, kill(-1) would
+    // reach beyond the job: only the payload's process group is killed then.)
+    let everyone = if weakening.drops(Layer::PidNs) {
+        Pid::from_raw(-payload.as_raw())
+    } else {
+        Pid::from_raw(-1)
+    };
+    let _ = nix::sys::signal::kill(everyone, nix::sys::signal::Signal::SIGKILL);
     while !matches!(waitpid(Pid::from_raw(-1), None), Err(nix::Error::ECHILD)) {}
     let disk_full = ["/work", "/tmp", "/dev/shm"].iter().any(|p| {
         nix::sys::statvfs::statvfs(*p)
@@ -324,7 +352,7 @@ fn payload(
     stdio: &[OwnedFd; 3],
     plan: &JobPlan,
     prepared: &Prepared,
-    (kernel_landlock_abi, rootless): (u32, bool),
+    (kernel_landlock_abi, rootless, weakening): (u32, bool, &Weakening),
     exec_w: &OwnedFd,
 ) -> Result<std::convert::Infallible, SetupError> {
     // 5. Own session, stdio on 0/1/2, everything else gone at execve.
@@ -333,27 +361,23 @@ fn payload(
         sys::dup_onto(fd.as_fd(), target as i32)
             .map_err(|e| SetupError::io("dup2", "stdio".as_ref(), &e))?;
     }
-    sys::cloexec_from(3).map_err(|e| SetupError::io("close_range", "/".as_ref(), &e))?;
+    if !weakening.drops(Layer::CloseFds) {
+        sys::cloexec_from(3).map_err(|e| SetupError::io("close_range", "/".as_ref(), &e))?;
+    }
     nix::unistd::chdir("/work").map_err(|e| SetupError::errno("chdir", e))?;
 
     // 6. Capabilities, then identity.
-    caps::drop_bounding_ambient_inheritable()?;
-    sys::lock_securebits().map_err(|e| SetupError::io("securebits", "/".as_ref(), &e))?;
-    if !rootless {
-        // (A rootless job's namespace has setgroups denied and no other group.)
-        nix::unistd::setgroups(&[]).map_err(|e| SetupError::errno("setgroups", e))?;
+    if !weakening.drops(Layer::Caps) {
+        drop_privileges(rootless)?;
     }
-    let (gid, uid) = (Gid::from_raw(SANDBOX_GID), Uid::from_raw(SANDBOX_UID));
-    nix::unistd::setresgid(gid, gid, gid).map_err(|e| SetupError::errno("setresgid", e))?;
-    nix::unistd::setresuid(uid, uid, uid).map_err(|e| SetupError::errno("setresuid", e))?;
-    // Leaving uid 0 cleared the permitted and effective sets; a rootless payload was
-    // uid 1000 all along and still holds them (in its own namespace): clear them.
-    caps::drop_permitted_effective()?;
-    caps::verify_none_left()?;
 
     // 7. no_new_privs, Landlock, seccomp last.
     sys::set_no_new_privs().map_err(|e| SetupError::io("no_new_privs", "/".as_ref(), &e))?;
-    let status = landlock::apply(&plan.landlock, kernel_landlock_abi)?;
+    let status = if weakening.drops(Layer::Landlock) {
+        vivarium_proto::LandlockStatus::NotEnforced
+    } else {
+        landlock::apply(&plan.landlock, kernel_landlock_abi)?
+    };
     let report = encode(&PayloadMsg::Landlock(status));
     let argv: Vec<*const libc::c_char> = prepared
         .argv
@@ -367,7 +391,12 @@ fn payload(
         .map(|a| a.as_ptr())
         .chain(std::iter::once(std::ptr::null()))
         .collect();
-    for filter in &prepared.filters {
+    let filters: &[BpfProgram] = if weakening.drops(Layer::Seccomp) {
+        &[]
+    } else {
+        &prepared.filters
+    };
+    for filter in filters {
         seccompiler::apply_filter(filter).map_err(|e| SetupError::Other {
             step: "seccomp",
             detail: e.to_string(),
@@ -380,4 +409,22 @@ fn payload(
     // 8. execve; seccomp must allow it (it is the last syscall of our setup).
     let err = sys::execve(&prepared.exe, &argv, &envp);
     Err(SetupError::io("execve", &plan.interpreter, &err))
+}
+
+/// Step 6: every capability gone, securebits locked, the unprivileged ids.
+fn drop_privileges(rootless: bool) -> Result<(), SetupError> {
+    caps::drop_bounding_ambient_inheritable()?;
+    sys::lock_securebits().map_err(|e| SetupError::io("securebits", "/".as_ref(), &e))?;
+    if !rootless {
+        // (A rootless job's namespace has setgroups denied and no other group.)
+        nix::unistd::setgroups(&[]).map_err(|e| SetupError::errno("setgroups", e))?;
+    }
+    let (gid, uid) = (Gid::from_raw(SANDBOX_GID), Uid::from_raw(SANDBOX_UID));
+    nix::unistd::setresgid(gid, gid, gid).map_err(|e| SetupError::errno("setresgid", e))?;
+    nix::unistd::setresuid(uid, uid, uid).map_err(|e| SetupError::errno("setresuid", e))?;
+    // Leaving uid 0 cleared the permitted and effective sets; a rootless payload was
+    // uid 1000 all along and still holds them (in its own namespace): clear them.
+    caps::drop_permitted_effective()?;
+    caps::verify_none_left()?;
+    Ok(())
 }

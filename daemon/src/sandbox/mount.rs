@@ -13,11 +13,11 @@ use std::path::{Path, PathBuf};
 
 const NONE: Option<&str> = None;
 
-fn at(root: &Path, path: &Path) -> PathBuf {
+pub(super) fn at(root: &Path, path: &Path) -> PathBuf {
     root.join(path.strip_prefix("/").unwrap_or(path))
 }
 
-fn mkdir_p(path: &Path) -> Result<(), SetupError> {
+pub(super) fn mkdir_p(path: &Path) -> Result<(), SetupError> {
     std::fs::create_dir_all(path).map_err(|e| SetupError::io("mkdir", path, &e))
 }
 
@@ -42,7 +42,7 @@ fn locked_flags(source: &Path) -> Result<MsFlags, SetupError> {
     Ok(out)
 }
 
-fn bind_ro(source: &Path, target: &Path, extra: MsFlags) -> Result<(), SetupError> {
+pub(super) fn bind_ro(source: &Path, target: &Path, extra: MsFlags) -> Result<(), SetupError> {
     mount(
         Some(source),
         target,

@@ -7,6 +7,7 @@ use super::outcome::{self, StreamFacts};
 use super::{ActiveProfile, Daemon};
 use crate::profile::{JobLimits, OutputPolicy};
 use crate::sandbox::plan;
+use crate::sandbox::weaken::Layer;
 use crate::spawner::link::{FromSpawner, JobReport, KillCause};
 use nix::fcntl::OFlag;
 use std::os::fd::{AsFd, OwnedFd};
@@ -237,17 +238,30 @@ async fn execute(
         stderr_truncated,
     };
     let sec = &active.profile.file.security;
+    // (A test-only weakened daemon reports what it left out: crate::sandbox::weaken.)
+    let weak = &daemon.facts.weakened;
+    let keeps_root = weak.drops(Layer::Caps) && !daemon.facts.rootless;
     let isolation = Isolation {
-        namespaces: ["user", "mount", "pid", "net", "ipc", "uts", "cgroup"]
-            .map(String::from)
-            .to_vec(),
-        uid: plan::SANDBOX_UID,
-        gid: plan::SANDBOX_GID,
+        namespaces: [
+            ("user", None),
+            ("mount", None),
+            ("pid", Some(Layer::PidNs)),
+            ("net", Some(Layer::NetNs)),
+            ("ipc", None),
+            ("uts", Some(Layer::UtsNs)),
+            ("cgroup", Some(Layer::CgroupNs)),
+        ]
+        .into_iter()
+        .filter(|(_, layer)| !layer.is_some_and(|l| weak.drops(l)))
+        .map(|(ns, _)| ns.to_owned())
+        .collect(),
+        uid: if keeps_root { 0 } else { plan::SANDBOX_UID },
+        gid: if keeps_root { 0 } else { plan::SANDBOX_GID },
         no_new_privs: report.landlock.is_some(),
-        capabilities_dropped: report.landlock.is_some(),
+        capabilities_dropped: report.landlock.is_some() && !weak.drops(Layer::Caps),
         landlock_abi: u32::from(sec.landlock_abi).min(daemon.facts.landlock_abi),
         landlock: report.landlock.or(landlock),
-        seccomp_filters: if report.landlock.is_some() {
+        seccomp_filters: if report.landlock.is_some() && !weak.drops(Layer::Seccomp) {
             active.seccomp_filters
         } else {
             0

@@ -114,6 +114,8 @@ pub fn activate(profile: Profile, facts: &HostFacts) -> ActiveProfile {
                 .into(),
         );
     }
+    // A test-only weakened daemon (crate::sandbox::weaken) says so in every outcome.
+    not_enforced.extend(facts.weakened.describe());
     ActiveProfile {
         disabled: (!problems.is_empty()).then(|| problems.join("; ")),
         profile,
@@ -330,6 +332,7 @@ mod tests {
             cgroup_problem: None,
             landlock_abi,
             rootless: false,
+            weakened: Default::default(),
         }
     }
 
@@ -364,6 +367,7 @@ mod tests {
             cgroup_problem: Some("cannot create cgroup: EACCES".into()),
             landlock_abi: 7,
             rootless: true,
+            weakened: Default::default(),
         };
         let default = activate(shipped("default"), &facts);
         let why = default.disabled.expect("default needs cgroups");
@@ -386,6 +390,25 @@ mod tests {
                     .to_owned(),
             ]
         );
+    }
+
+    #[test]
+    fn a_weakened_spawner_is_named_in_every_profile_and_production_has_none() {
+        use crate::sandbox::weaken::{Layer, Weakening};
+        let mut w = Weakening::none();
+        w.layers.insert(Layer::PidNs);
+        let mut weak = facts(7, ALL);
+        weak.weakened = w;
+        for name in ["default", "compat"] {
+            let a = activate(shipped(name), &weak);
+            assert_eq!(a.disabled, None);
+            assert_eq!(
+                a.info().not_enforced,
+                vec!["TEST-ONLY WEAKENING: pid-ns switched off".to_owned()]
+            );
+            let full = activate(shipped(name), &facts(7, ALL));
+            assert!(!full.not_enforced.iter().any(|n| n.contains("WEAKENING")));
+        }
     }
 
     #[test]

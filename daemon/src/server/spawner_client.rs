@@ -68,6 +68,9 @@ pub struct HostFacts {
     pub landlock_abi: u32,
     /// The daemon runs as an ordinary user.
     pub rootless: bool,
+    /// Test-only weakening the spawner applies to every job (empty in production);
+    /// every profile lists it in `not_enforced`, and outcomes report what it removed.
+    pub weakened: crate::sandbox::weaken::Weakening,
 }
 
 impl SpawnerClient {
@@ -77,6 +80,7 @@ impl SpawnerClient {
         config: SpawnerConfig,
     ) -> Result<(Self, HostFacts, std::process::Child), SpawnerError> {
         let rootless = config.rootless;
+        let weakened = config.weakening.clone();
         // tokio needs a non-blocking fd: a blocking recv would park a worker thread
         // (and with it any task woken onto that worker's queue).
         nix::fcntl::fcntl(
@@ -102,6 +106,7 @@ impl SpawnerClient {
                 cgroup_problem,
                 landlock_abi,
                 rootless,
+                weakened,
             },
             Some(FromSpawner::InitFailed(why)) => return Err(SpawnerError::Init(why)),
             _ if n == 0 => return Err(SpawnerError::Init("spawner exited during setup".into())),

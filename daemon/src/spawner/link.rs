@@ -4,6 +4,7 @@
 
 use crate::sandbox::plan::JobPlan;
 use crate::sandbox::report::{Failure, WaitStatus};
+use crate::sandbox::weaken::Weakening;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use vivarium_proto::{CgroupVersion, LandlockStatus};
@@ -23,6 +24,9 @@ pub struct SpawnerConfig {
     /// The daemon runs as an ordinary user: single-id maps, and cgroups only where a
     /// delegated subtree is usable.
     pub rootless: bool,
+    /// Layers left out of every job: empty except in the attack suite's test-only
+    /// binary (`crate::sandbox::weaken`). Set by the server itself, never by a client.
+    pub weakening: Weakening,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

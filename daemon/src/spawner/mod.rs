@@ -11,6 +11,7 @@ use crate::cgroup::{Cgroups, JobCgroup, Limits, Version};
 use crate::sandbox::init::{self, InitArgs, InitFds, Prepared};
 use crate::sandbox::plan::{JobPlan, SANDBOX_GID, SANDBOX_UID};
 use crate::sandbox::report::{decode_all, Failure, InitMsg};
+use crate::sandbox::weaken::{self, Layer};
 use crate::{error_chain, sys};
 use link::{FromSpawner, JobReport, KillCause, SpawnerConfig, ToSpawner, LINK_FD, MAX_LINK_FRAME};
 use nix::fcntl::OFlag;
@@ -126,6 +127,16 @@ fn run(link: OwnedFd) -> Result<(), String> {
         Some((ToSpawner::Init(c), _)) => c,
         _ => return Err("expected Init on the link".into()),
     };
+    // Fail closed: a weakening only ever comes from the attack suite's test binary,
+    // which also sets this variable (crate::sandbox::weaken).
+    if !config.weakening.is_empty() && std::env::var(weaken::TEST_ENV).as_deref() != Ok("1") {
+        let e = format!(
+            "refusing a test-only weakening without {}=1",
+            weaken::TEST_ENV
+        );
+        let _ = send_msg(&link, &FromSpawner::InitFailed(e.clone()));
+        return Err(e);
+    }
     let setup_cgroups = || -> Result<Cgroups, String> {
         let cgroups = Cgroups::detect(&config.cgroup_subtree).map_err(|e| error_chain(&e))?;
         cgroups.setup().map_err(|e| error_chain(&e))?;
@@ -434,13 +445,15 @@ impl Spawner {
                 });
             }
         }
+        let weak = &self.config.weakening;
+        let unless = |layer: Layer, flag: libc::c_int| if weak.drops(layer) { 0 } else { flag };
         let flags = libc::CLONE_NEWUSER
             | libc::CLONE_NEWNS
-            | libc::CLONE_NEWPID
-            | libc::CLONE_NEWNET
+            | unless(Layer::PidNs, libc::CLONE_NEWPID)
+            | unless(Layer::NetNs, libc::CLONE_NEWNET)
             | libc::CLONE_NEWIPC
-            | libc::CLONE_NEWUTS
-            | libc::CLONE_NEWCGROUP;
+            | unless(Layer::UtsNs, libc::CLONE_NEWUTS)
+            | unless(Layer::CgroupNs, libc::CLONE_NEWCGROUP);
         let forked = sys::clone3(flags, cgroup.and_then(|c| c.dir_fd()));
         if let (Some(home), false) = (v1_home, matches!(forked, Ok(sys::Forked::Child))) {
             // Only the spawner moves back; the child stays in the job's cgroup. A
@@ -464,6 +477,7 @@ impl Spawner {
                 new_root: self.config.state_dir.join("root"),
                 kernel_landlock_abi: self.landlock_abi,
                 rootless: self.config.rootless,
+                weakening: &self.config.weakening,
                 fds: InitFds {
                     sync: sync_r,
                     status: status_w,
