@@ -14,7 +14,7 @@ ratios. Throughput: jobs per second with 1, 2 and 8 concurrent clients over a fi
 bare interpreter starts beside library jobs. Memory: the daemon's and the spawner's peak
 resident set (VmHWM) after the run.
 
-Usage (as root, after `cargo build --release --workspace --examples`):
+Usage (as root, after `cargo build --release --workspace --bins --examples`):
   python3 bench/perf.py [--runs 200] [--seconds 10] [--write docs/PERFORMANCE.md]
 """
 import argparse
@@ -162,12 +162,13 @@ def main():
     ap.add_argument("--seconds", type=float, default=10.0, help="per throughput measurement")
     ap.add_argument("--target", default=os.path.join(ROOT, "target", "release"))
     ap.add_argument("--write", metavar="MD", help="also write the results as Markdown")
+    ap.add_argument("--pool", type=int, default=4, help="warm sandboxes kept by the warm profile")
     args = ap.parse_args()
     daemon, viv = (os.path.join(args.target, b) for b in ("vivariumd", "viv"))
     lib_exe = os.path.join(args.target, "examples", "bench_client")
     for b in (daemon, viv, lib_exe):
         if not os.path.exists(b):
-            sys.exit(f"{b} missing: run `cargo build --release --workspace --examples` first")
+            sys.exit(f"{b} missing: run `cargo build --release --workspace --bins --examples` first")
     if not shutil.which("bwrap"):
         sys.exit("bwrap missing: apt-get install bubblewrap")
     tmp = tempfile.mkdtemp(prefix="vivarium-perf-")
@@ -181,6 +182,9 @@ def main():
         assert '"-S"' in text
         with open(os.path.join(prof, "bench.toml"), "w") as f:
             f.write(text)
+        # The same policy with the warm path (sandboxes built ahead, one job each).
+        with open(os.path.join(prof, "benchwarm.toml"), "w") as f:
+            f.write(text + f"\n[warm]\npool = {args.pool}\nidle_secs = 600\n")
         sock = os.path.join(tmp, "d.sock")
         cfg = os.path.join(tmp, "d.toml")
         with open(cfg, "w") as f:
@@ -199,12 +203,14 @@ def main():
         with open(script, "w") as f:
             f.write("pass\n")
         lib = Library(lib_exe, sock, "bench")
+        warm = Library(lib_exe, sock, "benchwarm")
         launchers = [
             ("bare", f"{PY} -I -S -c pass", lambda: timed([PY, *FLAGS, "-c", "pass"])),
             ("bwrap", "bwrap --unshare-all ... python3 -I -S -c pass", lambda: timed(bwrap_cmd("pass"))),
             ("viv", "viv run (CLI), sandboxed, -I -S", lambda: timed([viv, "--socket", sock, "run",
                                                                        "--profile", "bench", script])),
             ("library", "client library submit-to-outcome", lib),
+            ("warm", "warm path (library, warm profile)", warm),
         ]
         for _ in range(10):  # warm the page cache and the daemon on every side
             for _, _, f in launchers:
@@ -215,6 +221,7 @@ def main():
             for name, _, f in launchers[k:] + launchers[:k]:
                 times[name].append(f())
         lib.close()
+        warm.close()
         bare = times["bare"]
         rows = []
         for name, label, _ in launchers:
@@ -225,7 +232,8 @@ def main():
         tput = []
         for clients in (1, 2, 8):
             tput.append((clients, bare_throughput(clients, args.seconds),
-                         library_throughput(lib_exe, sock, "bench", clients, args.seconds)))
+                         library_throughput(lib_exe, sock, "bench", clients, args.seconds),
+                         library_throughput(lib_exe, sock, "benchwarm", clients, args.seconds)))
         sp = spawner_pid(d.pid)
         mem = (vm_hwm_kib(d.pid), vm_hwm_kib(sp) if sp else 0)
     finally:
@@ -240,12 +248,11 @@ def main():
              "|---|---:|---:|---:|---:|---:|"]
     lines += [f"| {l} | {m:.2f} | {p90:.2f} | {p99:.2f} | {r:.2f}x | {pr:.2f}x |"
               for l, m, p90, p99, r, pr in rows]
-    lines += ["| warm path | not built yet | | | | |",
-              "| numpy job, cold and warm | not built yet (needs package environments) | | | | |",
+    lines += ["| numpy job, cold and warm | not built yet (needs package environments) | | | | |",
               "", f"Throughput over {args.seconds:g} s per cell (jobs/s):", "",
-              "| concurrent clients | bare `python3 -I -S -c pass` | sandboxed (library) | ratio |",
-              "|---:|---:|---:|---:|"]
-    lines += [f"| {c} | {b:.1f} | {s:.1f} | {s / b:.2f}x |" for c, b, s in tput]
+              "| concurrent clients | bare `python3 -I -S -c pass` | sandboxed, cold | ratio | sandboxed, warm | ratio |",
+              "|---:|---:|---:|---:|---:|---:|"]
+    lines += [f"| {c} | {b:.1f} | {s:.1f} | {s / b:.2f}x | {w:.1f} | {w / b:.2f}x |" for c, b, s, w in tput]
     lines += ["", f"Peak resident memory (VmHWM): daemon {mem[0] / 1024:.1f} MiB, "
                   f"spawner {mem[1] / 1024:.1f} MiB."]
     out = "\n".join(lines)

@@ -136,6 +136,7 @@ fn run(cli: Cli, source: ConfigSource, weakening: Weakening) -> anyhow::Result<(
                 None => tracing::info!(profile = %name, not_enforced = ?p.not_enforced, "profile enabled"),
             }
         }
+        tokio::spawn(server::warm::maintain(daemon.clone()));
         if daemon.enabled_profiles() == 0 {
             bail!("no profile can be enforced on this host (see the warnings above)");
         }

@@ -20,7 +20,38 @@ pub struct ProfileFile {
     pub security: SecuritySection,
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    #[serde(default)]
+    pub warm: WarmSection,
 }
+
+/// The warm path: sandboxes built and interpreters started ahead of time, each of which
+/// then runs exactly one job (see docs/ARCHITECTURE.md, "The warm path").
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WarmSection {
+    /// Ready sandboxes kept for this profile; 0 turns the warm path off.
+    #[serde(default)]
+    pub pool: u32,
+    /// With no job taken for this long, the pool is emptied (refilled on the next job).
+    #[serde(default = "default_warm_idle_secs")]
+    pub idle_secs: u64,
+}
+
+fn default_warm_idle_secs() -> u64 {
+    300
+}
+
+impl Default for WarmSection {
+    fn default() -> Self {
+        WarmSection {
+            pool: 0,
+            idle_secs: default_warm_idle_secs(),
+        }
+    }
+}
+
+/// The largest `warm.pool` a profile may ask for.
+pub const MAX_WARM_POOL: u32 = 64;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -239,6 +270,12 @@ impl Profile {
                 ));
             }
         }
+        if file.warm.pool > MAX_WARM_POOL {
+            return Err(bad("warm.pool", format!("must be at most {MAX_WARM_POOL}")));
+        }
+        if file.warm.pool > 0 && file.warm.idle_secs == 0 {
+            return Err(bad("warm.idle_secs", "must be greater than 0".into()));
+        }
         if file.network.enabled {
             return Err(bad(
                 "network.enabled",
@@ -295,6 +332,18 @@ impl Profile {
             memory_bytes: l.memory_bytes,
             pids: l.pids,
             output_bytes: l.output_bytes,
+        }
+    }
+
+    /// The profile's own limits (a job without overrides).
+    pub fn default_limits(&self) -> JobLimits {
+        let m = self.max_limits();
+        JobLimits {
+            wall_ms: m.wall_ms,
+            cpu_ms: m.cpu_ms,
+            memory_bytes: m.memory_bytes,
+            pids: m.pids,
+            output_bytes: m.output_bytes,
         }
     }
 
@@ -406,6 +455,24 @@ mod tests {
             ProfileError::Invalid { field, .. } => assert_eq!(field, "python.interpreter"),
             e => panic!("{e:?}"),
         }
+    }
+
+    #[test]
+    fn warm_pool_is_bounded_and_off_by_default() {
+        assert_eq!(parse(&default_text()).unwrap().file.warm.pool, 0);
+        let ok = parse(&format!("{}\n[warm]\npool = 3\n", default_text())).unwrap();
+        assert_eq!((ok.file.warm.pool, ok.file.warm.idle_secs), (3, 300));
+        for (extra, field) in [
+            ("pool = 65", "warm.pool"),
+            ("pool = 1\nidle_secs = 0", "warm.idle_secs"),
+        ] {
+            match parse(&format!("{}\n[warm]\n{extra}\n", default_text())).unwrap_err() {
+                ProfileError::Invalid { field: f, .. } => assert_eq!(f, field),
+                e => panic!("{e:?}"),
+            }
+        }
+        let err = parse(&format!("{}\n[warm]\nsize = 2\n", default_text())).unwrap_err();
+        assert!(matches!(err, ProfileError::Parse { .. }), "{err:?}");
     }
 
     #[test]

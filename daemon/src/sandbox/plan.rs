@@ -97,6 +97,25 @@ pub struct JobPlan {
     pub cgroup: CgroupPlan,
     pub wall_ms: u64,
     pub cpu_ms: u64,
+    /// A warm sandbox: the interpreter starts now and waits for its job on stdin; the
+    /// deadlines start when the spawner is told the job has been delivered (`Arm`).
+    pub warm: bool,
+}
+
+/// The warm sandbox's `-c` program: read one job from stdin (the header of
+/// [`warm_header`]), write it to [`SCRIPT_PATH`], run it as `__main__`.
+pub const WARM_BOOTSTRAP: &str = include_str!("warm_bootstrap.py");
+
+/// A job as a warm sandbox reads it on stdin, before the job's own stdin: `u32` argc,
+/// each argument as `u32` length + bytes, then `u32` length + the code (little endian).
+pub fn warm_header(args: &[String], code: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(code.len() + 64);
+    out.extend_from_slice(&(args.len() as u32).to_le_bytes());
+    for item in args.iter().map(|a| a.as_bytes()).chain([code]) {
+        out.extend_from_slice(&(item.len() as u32).to_le_bytes());
+        out.extend_from_slice(item);
+    }
+    out
 }
 
 /// The minimal /etc the sandbox gets (besides the profile's optional binds).
@@ -271,7 +290,25 @@ pub fn build(
         cgroup: cgroup(profile, limits),
         wall_ms: limits.wall_ms,
         cpu_ms: limits.cpu_ms,
+        warm: false,
     }
+}
+
+/// Build the plan of a warm sandbox for `profile`: the profile's own limits, and the
+/// interpreter started with the profile's flags and [`WARM_BOOTSTRAP`] in place of a
+/// script.
+pub fn build_warm(
+    job_id: u64,
+    profile: &Profile,
+    seccomp: Vec<Vec<(u16, u8, u8, u32)>>,
+) -> JobPlan {
+    let limits = profile.default_limits();
+    let mut plan = build(job_id, profile, &limits, &[], seccomp, false);
+    plan.argv.pop(); // the script path
+    plan.argv.push("-c".into());
+    plan.argv.push(WARM_BOOTSTRAP.into());
+    plan.warm = true;
+    plan
 }
 
 #[cfg(test)]
@@ -286,6 +323,44 @@ mod tests {
             .into_iter()
             .find(|p| p.name == "default")
             .unwrap()
+    }
+
+    #[test]
+    fn a_warm_plan_is_the_cold_plan_with_the_bootstrap_for_a_script() {
+        let p = default_profile();
+        let cold = build(
+            9,
+            &p,
+            &p.default_limits(),
+            &[],
+            vec![vec![(6, 0, 0, 0)]],
+            false,
+        );
+        let warm = build_warm(9, &p, vec![vec![(6, 0, 0, 0)]]);
+        assert!(warm.warm && !cold.warm);
+        assert_eq!(
+            warm.argv,
+            vec!["/usr/bin/python3", "-I", "-u", "-c", WARM_BOOTSTRAP]
+        );
+        // Everything else (mounts aside from the per-job boot id, Landlock, seccomp,
+        // limits) is the same plan.
+        let strip = |mut plan: JobPlan| {
+            plan.argv.clear();
+            plan.warm = false;
+            plan.mounts.retain(|m| !matches!(m, MountStep::Mask { .. }));
+            plan
+        };
+        assert_eq!(strip(warm), strip(cold));
+    }
+
+    #[test]
+    fn the_warm_header_is_length_prefixed() {
+        let h = warm_header(&["a".into(), "bc".into()], b"print(1)");
+        let mut want = vec![
+            2, 0, 0, 0, 1, 0, 0, 0, b'a', 2, 0, 0, 0, b'b', b'c', 8, 0, 0, 0,
+        ];
+        want.extend_from_slice(b"print(1)");
+        assert_eq!(h, want);
     }
 
     #[test]

@@ -17,7 +17,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, Notify};
 use tokio_seqpacket::UnixSeqpacket;
 use tracing::Instrument;
-use vivarium_proto::{ErrorCode, Event, Isolation, LandlockStatus, Reason, MAX_PAYLOAD_CHUNK};
+use vivarium_proto::{ErrorCode, Event, Isolation, Reason, MAX_PAYLOAD_CHUNK};
 
 pub struct JobRequest {
     pub profile: String,
@@ -107,7 +107,7 @@ fn pipe() -> Result<(OwnedFd, OwnedFd), String> {
 
 /// The script in a sealed memfd: the spawner and the job's init can read it but
 /// nobody can change it.
-fn code_memfd(code: &[u8]) -> Result<OwnedFd, String> {
+pub(super) fn code_memfd(code: &[u8]) -> Result<OwnedFd, String> {
     use nix::sys::memfd::{memfd_create, MFdFlags};
     use std::io::Write;
     let fd = memfd_create(
@@ -149,36 +149,67 @@ async fn execute(
     permit: tokio::sync::OwnedSemaphorePermit,
 ) -> Result<vivarium_proto::Outcome, String> {
     let active = &req.active;
-    let plan = plan::build(
-        job_id,
-        &active.profile,
-        &req.limits,
-        &req.args,
-        active.seccomp.clone(),
-        daemon.facts.cgroup.is_none(),
-    );
-    let code = code_memfd(&req.code)?;
-    let (in_r, in_w) = pipe()?;
-    let (out_r, out_w) = pipe()?;
-    let (err_r, err_w) = pipe()?;
-    send(
-        sock,
-        &Event::Started {
-            job_id,
-            profile: req.profile.clone(),
-        },
-    )
-    .await;
-    let mut events = daemon
-        .spawner
-        .spawn(
-            &plan,
-            [code.as_fd(), in_r.as_fd(), out_w.as_fd(), err_w.as_fd()],
-        )
-        .await
-        .map_err(|e| crate::error_chain(&e))?;
-    // The spawner has its copies now; ours would keep the pipes open forever.
-    drop((code, in_r, out_w, err_w));
+    let warm = if super::warm::eligible(daemon, active, &req.limits) {
+        daemon.warm.take(&req.profile, active)
+    } else {
+        None
+    };
+    let (job_id, mut events, stdin_prefix, in_w, out_r, err_r, mut landlock) = match warm {
+        Some(w) => {
+            // The sandbox exists already: its deadlines start now, with the delivery.
+            tracing::debug!(sandbox = w.job_id, "warm sandbox");
+            send(
+                sock,
+                &Event::Started {
+                    job_id: w.job_id,
+                    profile: req.profile.clone(),
+                },
+            )
+            .await;
+            daemon
+                .spawner
+                .arm(w.job_id, req.limits.wall_ms, req.limits.cpu_ms)
+                .await;
+            let header = plan::warm_header(&req.args, &req.code);
+            let landlock = Some(w.landlock);
+            (
+                w.job_id, w.events, header, w.stdin, w.stdout, w.stderr, landlock,
+            )
+        }
+        None => {
+            let plan = plan::build(
+                job_id,
+                &active.profile,
+                &req.limits,
+                &req.args,
+                active.seccomp.clone(),
+                daemon.facts.cgroup.is_none(),
+            );
+            let code = code_memfd(&req.code)?;
+            let (in_r, in_w) = pipe()?;
+            let (out_r, out_w) = pipe()?;
+            let (err_r, err_w) = pipe()?;
+            send(
+                sock,
+                &Event::Started {
+                    job_id,
+                    profile: req.profile.clone(),
+                },
+            )
+            .await;
+            let events = daemon
+                .spawner
+                .spawn(
+                    &plan,
+                    [code.as_fd(), in_r.as_fd(), out_w.as_fd(), err_w.as_fd()],
+                )
+                .await
+                .map_err(|e| crate::error_chain(&e))?;
+            // The spawner has its copies now; ours would keep the pipes open forever.
+            drop((code, in_r, out_w, err_w));
+            (job_id, events, Vec::new(), in_w, out_r, err_r, None)
+        }
+    };
     // Past the drain's grace period a job that only now reached the spawner is killed.
     let (_running, late) = daemon.jobs.running(job_id);
     if late {
@@ -202,9 +233,8 @@ async fn execute(
         cap,
         over_cap.clone(),
     ));
-    let stdin_task = tokio::spawn(feed_stdin(in_w, stdin));
+    let stdin_task = tokio::spawn(feed_stdin(in_w, stdin_prefix, stdin));
 
-    let mut landlock: Option<LandlockStatus> = None;
     let mut killed = late;
     let report: JobReport = loop {
         tokio::select! {
@@ -314,11 +344,19 @@ async fn pump(
     (total, total > cap)
 }
 
-async fn feed_stdin(fd: OwnedFd, stdin: Option<mpsc::UnboundedReceiver<Vec<u8>>>) {
-    let Some(mut rx) = stdin else {
+/// Write `prefix` (a warm sandbox's job header), then the job's stdin; closing the
+/// write end at the end gives the job EOF.
+async fn feed_stdin(fd: OwnedFd, prefix: Vec<u8>, stdin: Option<mpsc::UnboundedReceiver<Vec<u8>>>) {
+    if prefix.is_empty() && stdin.is_none() {
         return; // dropping the write end: the job reads EOF
-    };
+    }
     let Ok(mut pipe) = tokio::net::unix::pipe::Sender::from_owned_fd(fd) else {
+        return;
+    };
+    if pipe.write_all(&prefix).await.is_err() {
+        return;
+    }
+    let Some(mut rx) = stdin else {
         return;
     };
     while let Some(chunk) = rx.recv().await {

@@ -10,6 +10,7 @@ mod job;
 pub mod lifecycle;
 pub mod outcome;
 pub mod spawner_client;
+pub mod warm;
 
 use crate::config::Config;
 use crate::profile::Profile;
@@ -153,6 +154,8 @@ pub struct Daemon {
     pub connections: AtomicUsize,
     /// Why the last SIGHUP reload failed, until one succeeds.
     pub reload_error: Mutex<Option<String>>,
+    /// Warm sandboxes, per profile (kept by [`warm::maintain`]).
+    pub warm: warm::WarmPools,
 }
 
 impl Daemon {
@@ -184,6 +187,7 @@ impl Daemon {
             jobs: lifecycle::JobBook::default(),
             connections: AtomicUsize::new(0),
             reload_error: Mutex::new(None),
+            warm: warm::WarmPools::default(),
         }
     }
 

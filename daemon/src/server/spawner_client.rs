@@ -150,6 +150,16 @@ impl SpawnerClient {
         Ok(rx)
     }
 
+    /// A warm job's code is being delivered: start its deadlines.
+    pub async fn arm(&self, job_id: u64, wall_ms: u64, cpu_ms: u64) {
+        let msg = ToSpawner::Arm {
+            job_id,
+            wall_ms,
+            cpu_ms,
+        };
+        let _ = self.sock.send(&link::encode(&msg)).await;
+    }
+
     pub async fn kill(&self, job_id: u64, cause: KillCause) {
         let _ = self
             .sock

@@ -35,6 +35,12 @@ pub enum ToSpawner {
     Init(SpawnerConfig),
     /// Start a job (with 4 fds attached).
     Spawn(Box<JobPlan>),
+    /// A warm job's code has been delivered: its deadlines (and CPU accounting) start now.
+    Arm {
+        job_id: u64,
+        wall_ms: u64,
+        cpu_ms: u64,
+    },
     /// Kill a job; `Finished` follows.
     Kill { job_id: u64, cause: KillCause },
     /// Kill every job, clean up, exit.

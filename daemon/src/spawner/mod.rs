@@ -24,6 +24,10 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use vivarium_proto::CgroupVersion;
 
+/// The wall-clock bound of a warm sandbox still waiting for its job (the server's
+/// idle shrink normally ends it much sooner).
+const WARM_UNARMED: Duration = Duration::from_secs(24 * 3600);
+
 /// How often CPU usage is sampled for jobs with a CPU limit.
 const CPU_SAMPLE: Duration = Duration::from_millis(50);
 
@@ -38,6 +42,9 @@ struct Job {
     started: Instant,
     deadline: Instant,
     cpu_limit_ns: u64,
+    /// The cgroup's CPU usage when the job's code was delivered (a warm sandbox's
+    /// interpreter start-up is not the job's).
+    cpu_base_ns: u64,
     /// The sync pipe's write end, kept open while the job lives: init's check that
     /// the spawner is still there when it arms its parent-death signal.
     _lifeline: std::fs::File,
@@ -288,6 +295,23 @@ impl Spawner {
                     );
                 }
             }
+            ToSpawner::Arm {
+                job_id,
+                wall_ms,
+                cpu_ms,
+            } => {
+                if let Some(job) = self.jobs.iter_mut().find(|j| j.id == job_id) {
+                    let now = Instant::now();
+                    job.started = now;
+                    job.deadline = now + Duration::from_millis(wall_ms);
+                    job.cpu_limit_ns = cpu_ms.saturating_mul(1_000_000);
+                    job.cpu_base_ns = job
+                        .cgroup
+                        .as_ref()
+                        .and_then(|cg| cg.cpu_usage_ns().ok())
+                        .unwrap_or(0);
+                }
+            }
             ToSpawner::Kill { job_id, cause } => {
                 if let Some(job) = self.jobs.iter_mut().find(|j| j.id == job_id) {
                     kill(job, cause);
@@ -314,7 +338,8 @@ impl Spawner {
             }
             if job.cpu_limit_ns > 0 {
                 if let Some(cg) = &job.cgroup {
-                    if cg.cpu_usage_ns().unwrap_or(0) >= job.cpu_limit_ns {
+                    let used = cg.cpu_usage_ns().unwrap_or(0);
+                    if used.saturating_sub(job.cpu_base_ns) >= job.cpu_limit_ns {
                         kill(job, KillCause::CpuLimit);
                     }
                 }
@@ -375,6 +400,16 @@ impl Spawner {
         match result {
             Ok((pid, pidfd, status, lifeline)) => {
                 let now = Instant::now();
+                // A warm sandbox has no deadline until its job is delivered (`Arm`);
+                // the server kills unused ones when its pool shrinks.
+                let (wall, cpu_limit_ns) = if plan.warm {
+                    (WARM_UNARMED, 0)
+                } else {
+                    (
+                        Duration::from_millis(plan.wall_ms),
+                        plan.cpu_ms.saturating_mul(1_000_000),
+                    )
+                };
                 self.jobs.push(Job {
                     id: plan.job_id,
                     pid,
@@ -384,8 +419,9 @@ impl Spawner {
                     cgroup,
                     slot,
                     started: now,
-                    deadline: now + Duration::from_millis(plan.wall_ms),
-                    cpu_limit_ns: plan.cpu_ms.saturating_mul(1_000_000),
+                    deadline: now + wall,
+                    cpu_limit_ns,
+                    cpu_base_ns: 0,
                     _lifeline: lifeline,
                     report: JobReport {
                         cgroup: self.cgroup_version(),
@@ -549,7 +585,7 @@ fn report_finished(job: &mut Job, link: &OwnedFd) {
     job.reported = true;
     job.report.wall_ms = job.started.elapsed().as_millis() as u64;
     if let Some(Ok(stats)) = job.cgroup.as_ref().map(|cg| cg.stats()) {
-        job.report.cpu_ms = stats.cpu_usage_ns / 1_000_000;
+        job.report.cpu_ms = stats.cpu_usage_ns.saturating_sub(job.cpu_base_ns) / 1_000_000;
         job.report.peak_memory_bytes = stats.peak_memory_bytes;
         job.report.oom_kills = stats.oom_kills;
         job.report.pids_limit_hits = stats.pids_limit_hits;

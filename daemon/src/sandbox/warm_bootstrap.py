@@ -1,0 +1,50 @@
+# Vivarium's warm sandbox (run with `python3 <profile flags> -c <this>`). It runs inside a
+# sandbox that is already complete: every namespace, the read-only root, dropped
+# capabilities, Landlock, seccomp, cgroup limits. It waits for exactly one job on stdin,
+# then runs it as `python3 <profile flags> /work/main.py <args>` would, and the process
+# ends with the job: no sandbox ever runs a second job.
+import sys, os
+
+
+def _vivarium_job():
+    def exact(n):
+        parts = []
+        while n:
+            chunk = os.read(0, n)
+            if not chunk:
+                os._exit(0)  # the daemon closed an unused sandbox
+            parts.append(chunk)
+            n -= len(chunk)
+        return b"".join(parts)
+
+    def item():
+        return exact(int.from_bytes(exact(4), "little"))
+
+    argc = int.from_bytes(exact(4), "little")
+    args = [os.fsdecode(item()) for _ in range(argc)]
+    code = item()
+    path = "/work/main.py"
+    with open(path, "wb") as f:
+        f.write(code)
+    return path, args, code
+
+
+def _vivarium_run():
+    path, args, code = _vivarium_job()
+    main = type(sys)("__main__")
+    main.__file__ = path
+    main.__cached__ = None
+    sys.modules["__main__"] = main
+    sys.argv[:] = [path, *args]
+    try:
+        exec(compile(code, path, "exec"), main.__dict__)
+    except SystemExit:
+        raise
+    except BaseException as e:
+        # Start the traceback in the job's code, as for a script run directly.
+        tb = e.__traceback__.tb_next if e.__traceback__ is not None else None
+        sys.excepthook(type(e), e.with_traceback(tb), tb)
+        sys.exit(1)
+
+
+_vivarium_run()

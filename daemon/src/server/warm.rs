@@ -1,0 +1,245 @@
+//! The warm path: per profile, a small pool of sandboxes built ahead of time, each with
+//! its interpreter already started and waiting for one job on stdin.
+//!
+//! A warm sandbox is an ordinary job sandbox (same plan, same spawner, same setup order:
+//! namespaces, read-only root, capabilities, Landlock, seccomp, cgroup), whose payload
+//! runs the profile's interpreter with `-c WARM_BOOTSTRAP` instead of a script. It runs
+//! nothing but our bootstrap until a job is delivered; it then runs that one job and
+//! ends with it. Deadlines and CPU accounting start when the job is delivered (`Arm`).
+//!
+//! A pool exists from the first job that asks for its profile (that job runs cold), so
+//! a daemon whose clients never use a warm profile never builds a warm sandbox.
+//! One maintainer task keeps the pools: it builds one sandbox at a time, only while no
+//! job waits in the queue (so refilling never holds back a cold job), stops at the
+//! profile's `warm.pool` and at `max_concurrent_jobs` sandboxes in all (the spawner's id
+//! slots are sized for running jobs, twice over), empties a pool after `warm.idle_secs`
+//! without demand, and throws away sandboxes of a profile replaced by a reload.
+
+use super::{ActiveProfile, Daemon};
+use crate::sandbox::plan;
+use crate::spawner::link::{FromSpawner, KillCause};
+use nix::fcntl::OFlag;
+use std::collections::HashMap;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, Notify};
+use vivarium_proto::LandlockStatus;
+
+/// A sandbox ready for one job.
+pub struct WarmSandbox {
+    pub job_id: u64,
+    pub events: mpsc::UnboundedReceiver<FromSpawner>,
+    /// Write end of the job's stdin: the job header first, then the job's own stdin.
+    pub stdin: OwnedFd,
+    pub stdout: OwnedFd,
+    pub stderr: OwnedFd,
+    pub landlock: LandlockStatus,
+    active: Arc<ActiveProfile>,
+}
+
+impl WarmSandbox {
+    /// Ended while waiting (killed, or its interpreter failed)?
+    fn is_dead(&mut self) -> bool {
+        loop {
+            match self.events.try_recv() {
+                Ok(FromSpawner::Finished { .. }) => return true,
+                Ok(_) => continue,
+                Err(mpsc::error::TryRecvError::Empty) => return false,
+                Err(mpsc::error::TryRecvError::Disconnected) => return true,
+            }
+        }
+    }
+}
+
+struct Pool {
+    ready: Vec<WarmSandbox>,
+    last_demand: Instant,
+}
+
+#[derive(Default)]
+pub struct WarmPools {
+    pools: Mutex<HashMap<String, Pool>>,
+    wake: Notify,
+}
+
+impl WarmPools {
+    /// A ready sandbox of this profile (as activated now), if any. Counts as demand
+    /// either way, so an emptied pool refills.
+    pub fn take(&self, name: &str, active: &Arc<ActiveProfile>) -> Option<WarmSandbox> {
+        let mut pools = self.pools.lock().expect("warm pools lock");
+        let pool = pools.entry(name.to_owned()).or_insert_with(|| Pool {
+            ready: Vec::new(),
+            last_demand: Instant::now(),
+        });
+        pool.last_demand = Instant::now();
+        let mut found = None;
+        while let Some(mut w) = pool.ready.pop() {
+            if Arc::ptr_eq(&w.active, active) && !w.is_dead() {
+                found = Some(w);
+                break;
+            }
+            // Stale (reloaded profile) or dead: dropping closes its stdin and it exits.
+        }
+        drop(pools);
+        self.wake.notify_one();
+        found
+    }
+
+    /// Sandboxes ready now, per profile.
+    pub fn counts(&self) -> Vec<(String, usize)> {
+        let pools = self.pools.lock().expect("warm pools lock");
+        pools
+            .iter()
+            .map(|(n, p)| (n.clone(), p.ready.len()))
+            .collect()
+    }
+}
+
+/// Whether a job can take a warm sandbox: the profile keeps a pool, cgroups carry its
+/// limits (a warm sandbox's rlimit stand-ins would count the interpreter's start-up),
+/// and the job's memory and process limits are the profile's own (they were fixed when
+/// the sandbox was built; wall, CPU and output limits are applied at delivery).
+pub fn eligible(
+    daemon: &Daemon,
+    active: &ActiveProfile,
+    limits: &crate::profile::JobLimits,
+) -> bool {
+    let own = active.profile.default_limits();
+    active.profile.file.warm.pool > 0
+        && daemon.facts.cgroup.is_some()
+        && limits.memory_bytes == own.memory_bytes
+        && limits.pids == own.pids
+}
+
+/// The maintainer task (one per daemon).
+pub async fn maintain(daemon: Arc<Daemon>) {
+    let mut backoff: HashMap<String, Instant> = HashMap::new();
+    loop {
+        let built = tend(&daemon, &mut backoff).await;
+        if !built {
+            tokio::select! {
+                () = daemon.warm.wake.notified() => {}
+                () = tokio::time::sleep(Duration::from_millis(250)) => {}
+            }
+        }
+    }
+}
+
+/// One pass over every pool. Returns whether a sandbox was built (then run again soon).
+async fn tend(daemon: &Arc<Daemon>, backoff: &mut HashMap<String, Instant>) -> bool {
+    let live = daemon.live();
+    let draining = daemon.jobs.is_draining();
+    let mut doomed = Vec::new();
+    let mut wanted: Option<(String, Arc<ActiveProfile>)> = None;
+    {
+        let mut pools = daemon.warm.pools.lock().expect("warm pools lock");
+        let mut total: usize = pools.values().map(|p| p.ready.len()).sum();
+        for (name, pool) in pools.iter_mut() {
+            let active = live.profiles.get(name).filter(|a| a.disabled.is_none());
+            let target = match active {
+                Some(a) if !draining && daemon.facts.cgroup.is_some() => {
+                    let w = &a.profile.file.warm;
+                    let idle = pool.last_demand.elapsed() > Duration::from_secs(w.idle_secs);
+                    if idle {
+                        0
+                    } else {
+                        w.pool as usize
+                    }
+                }
+                _ => 0,
+            };
+            // Drop the stale, the dead, and the surplus.
+            let mut keep = Vec::new();
+            for mut w in pool.ready.drain(..) {
+                let current = active.is_some_and(|a| Arc::ptr_eq(&w.active, a));
+                if current && keep.len() < target && !w.is_dead() {
+                    keep.push(w);
+                } else {
+                    total -= 1;
+                    doomed.push(w);
+                }
+            }
+            pool.ready = keep;
+            if wanted.is_none()
+                && pool.ready.len() < target
+                && total < daemon.config.max_concurrent_jobs
+                && daemon.queued.load(std::sync::atomic::Ordering::SeqCst) == 0
+                && backoff.get(name).is_none_or(|t| Instant::now() >= *t)
+            {
+                wanted = active.map(|a| (name.clone(), a.clone()));
+            }
+        }
+    }
+    for w in doomed {
+        daemon.spawner.kill(w.job_id, KillCause::Shutdown).await;
+    }
+    let Some((name, active)) = wanted else {
+        return false;
+    };
+    match build(daemon, &active).await {
+        Ok(w) => {
+            let mut pools = daemon.warm.pools.lock().expect("warm pools lock");
+            if let Some(pool) = pools.get_mut(&name) {
+                pool.ready.push(w);
+            }
+            backoff.remove(&name);
+            true
+        }
+        Err(why) => {
+            // A profile whose sandbox cannot start now is retried later, not in a loop.
+            tracing::warn!(profile = %name, error = %why, "warm sandbox failed; retrying in 5 s");
+            backoff.insert(name, Instant::now() + Duration::from_secs(5));
+            false
+        }
+    }
+}
+
+fn pipe() -> Result<(OwnedFd, OwnedFd), String> {
+    nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))
+}
+
+/// Build one warm sandbox and wait until its interpreter has been exec'd.
+async fn build(daemon: &Arc<Daemon>, active: &Arc<ActiveProfile>) -> Result<WarmSandbox, String> {
+    let job_id = daemon
+        .next_job
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let plan = plan::build_warm(job_id, &active.profile, active.seccomp.clone());
+    // The script memfd stays empty: the bootstrap writes the job's code itself.
+    let code = super::job::code_memfd(b"")?;
+    let (in_r, in_w) = pipe()?;
+    let (out_r, out_w) = pipe()?;
+    let (err_r, err_w) = pipe()?;
+    let mut events = daemon
+        .spawner
+        .spawn(
+            &plan,
+            [code.as_fd(), in_r.as_fd(), out_w.as_fd(), err_w.as_fd()],
+        )
+        .await
+        .map_err(|e| crate::error_chain(&e))?;
+    drop((code, in_r, out_w, err_w));
+    let landlock = loop {
+        match events.recv().await {
+            Some(FromSpawner::Running { landlock, .. }) => break landlock,
+            Some(FromSpawner::Finished { report, .. }) => {
+                return Err(match report.failure {
+                    Some(f) => format!("sandbox setup failed at {}: {}", f.step, f.detail),
+                    None => "the sandbox ended before its interpreter started".into(),
+                })
+            }
+            Some(_) => continue,
+            None => return Err("the spawner went away".into()),
+        }
+    };
+    tracing::debug!(job_id, profile = %active.profile.name, "warm sandbox ready");
+    Ok(WarmSandbox {
+        job_id,
+        events,
+        stdin: in_w,
+        stdout: out_r,
+        stderr: err_r,
+        landlock,
+        active: active.clone(),
+    })
+}

@@ -1,0 +1,338 @@
+//! The warm path: sandboxes built ahead of time, each running exactly one job.
+//!
+//! Every test shows first that its jobs really ran warm (the interpreter was started
+//! with the bootstrap's `-c`, which a cold job never is), then what must hold: the same
+//! isolation as a cold job (probe evidence compared field by field), a script's
+//! semantics (argv, `__main__`, stdin, tracebacks, exit codes), no trace of one job in
+//! the next, deadlines counted from delivery, and an emptied pool leaving nothing behind.
+#![forbid(unsafe_code)]
+
+use std::time::Duration;
+
+use serde_json::Value;
+use vivarium_e2e::proto::{ExitStatus, Reason};
+use vivarium_e2e::{
+    default_profile_with, describe, evidence, probe, require_root, wait_until, Collected, Daemon,
+    DaemonOpts, Job,
+};
+
+/// A profile as `default`, keeping `pool` warm sandboxes, emptied after `idle_secs`.
+fn warm_profile(pool: u32, idle_secs: u64) -> String {
+    format!(
+        "{}\n[warm]\npool = {pool}\nidle_secs = {idle_secs}\n",
+        default_profile_with(&[])
+    )
+}
+
+/// Whether the job that printed this ran in a warm sandbox: its interpreter's real
+/// command line holds the bootstrap's `-c`.
+const WARM_MARK: &str = "import sys; print('WARM' if '-c' in sys.orig_argv else 'COLD')\n";
+
+fn ran_warm(done: &Collected) -> bool {
+    String::from_utf8_lossy(&done.stdout).lines().next() == Some("WARM")
+}
+
+/// Python processes of the daemon's jobs (warm sandboxes waiting included).
+fn pythons(daemon: &Daemon) -> usize {
+    daemon
+        .job_processes()
+        .iter()
+        .filter(|p| p.comm.starts_with("python"))
+        .count()
+}
+
+/// Ask for `profile` once (that job runs cold and creates the pool), then wait until
+/// `pool` sandboxes are ready.
+async fn fill(daemon: &Daemon, profile: &str, pool: usize) {
+    let first = daemon.run_job(&Job::new(WARM_MARK).profile(profile)).await;
+    assert_eq!(first.outcome.reason, Reason::Ok, "{}", describe(&first));
+    assert!(
+        wait_until(Duration::from_secs(20), || pythons(daemon) >= pool),
+        "the pool never filled: {:?}",
+        daemon.job_processes()
+    );
+}
+
+fn start(pool: u32, idle_secs: u64) -> Daemon {
+    Daemon::start(DaemonOpts::default().profile("hot", &warm_profile(pool, idle_secs)))
+}
+
+/// Replace what legitimately differs between two sandboxes (namespace and pipe inode
+/// numbers, the per-job host ids) so that evidence can be compared as a whole.
+fn normalize(v: &Value) -> Value {
+    match v {
+        Value::String(s) => {
+            let mut out = String::new();
+            let mut rest = s.as_str();
+            while let Some(open) = rest.find('[') {
+                let close = rest[open..].find(']').map(|c| open + c);
+                match close {
+                    Some(c) if rest[open + 1..c].chars().all(|ch| ch.is_ascii_digit()) => {
+                        out.push_str(&rest[..open]);
+                        out.push_str("[N]");
+                        rest = &rest[c + 1..];
+                    }
+                    _ => {
+                        out.push_str(&rest[..=open]);
+                        rest = &rest[open + 1..];
+                    }
+                }
+            }
+            out.push_str(rest);
+            match out.parse::<u64>() {
+                Ok(n) if n > 65_535 => Value::String("HOST-ID".into()),
+                _ => Value::String(out),
+            }
+        }
+        Value::Array(a) => Value::Array(a.iter().map(normalize).collect()),
+        Value::Object(o) => {
+            Value::Object(o.iter().map(|(k, v)| (k.clone(), normalize(v))).collect())
+        }
+        other => other.clone(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_warm_job_is_isolated_exactly_like_a_cold_one() {
+    if !require_root() {
+        return;
+    }
+    let canary_dir = tempfile::Builder::new()
+        .prefix("vivarium-canary-")
+        .tempdir_in("/var/tmp")
+        .expect("canary dir");
+    let canary = canary_dir.path().join("secret.txt");
+    std::fs::write(&canary, "canary-secret-warm").expect("write canary");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind host listener");
+    let port = listener.local_addr().unwrap().port().to_string();
+    let daemon = start(2, 300);
+    fill(&daemon, "hot", 2).await;
+    let probes: [(&str, Vec<&str>); 8] = [
+        ("identity", vec![]),
+        ("environment", vec![]),
+        ("fs_writes", vec![]),
+        ("procs", vec![]),
+        ("seccomp", vec![]),
+        ("storage", vec![]),
+        ("secrets", vec![canary.to_str().unwrap()]),
+        ("network", vec![port.as_str()]),
+    ];
+    for (name, args) in probes {
+        let cold = daemon
+            .run_job(&Job::new(probe(name)).args(args.clone()))
+            .await;
+        // The probe's own output is JSON; the mark goes to stderr so stdout stays parseable.
+        let code = format!(
+            "import sys\nprint('WARM' if '-c' in sys.orig_argv else 'COLD', file=sys.stderr)\n{}",
+            probe(name)
+        );
+        let warm = daemon
+            .run_job(&Job::new(code).profile("hot").args(args))
+            .await;
+        assert_eq!(
+            String::from_utf8_lossy(&warm.stderr).lines().next(),
+            Some("WARM"),
+            "{name}: {}",
+            describe(&warm)
+        );
+        assert_eq!(
+            cold.outcome.reason,
+            warm.outcome.reason,
+            "{name}: {}",
+            describe(&warm)
+        );
+        assert_eq!(
+            normalize(&evidence(&cold)),
+            normalize(&evidence(&warm)),
+            "{name}: a warm job's evidence differs from a cold one's"
+        );
+        assert_eq!(cold.outcome.isolation, warm.outcome.isolation, "{name}");
+        assert!(wait_until(Duration::from_secs(20), || pythons(&daemon) >= 2));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_warm_job_runs_like_a_script() {
+    if !require_root() {
+        return;
+    }
+    let daemon = start(2, 300);
+    fill(&daemon, "hot", 2).await;
+    let code = format!(
+        "{WARM_MARK}import sys\nprint(sys.argv, __name__, __file__)\nprint(repr(sys.stdin.read()))\n\
+         print(len(open(__file__).read().splitlines()))\nsys.exit(3)\n"
+    );
+    let done = daemon
+        .run_job_stdin(
+            &Job::new(code).profile("hot").args(["a b", "ü"]),
+            Some(b"in\nput"),
+        )
+        .await;
+    assert!(ran_warm(&done), "{}", describe(&done));
+    assert_eq!(
+        done.outcome.exit,
+        ExitStatus::Code(3),
+        "{}",
+        describe(&done)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&done.stdout),
+        "WARM\n['/work/main.py', 'a b', 'ü'] __main__ /work/main.py\n'in\\nput'\n6\n"
+    );
+
+    // An uncaught exception: the traceback starts in the job's code, exit status 1.
+    assert!(wait_until(Duration::from_secs(20), || pythons(&daemon) >= 2));
+    let code = format!("{WARM_MARK}def f():\n    1/0\nf()\n");
+    let done = daemon.run_job(&Job::new(code).profile("hot")).await;
+    assert!(ran_warm(&done), "{}", describe(&done));
+    assert_eq!(done.outcome.exit, ExitStatus::Code(1));
+    let err = String::from_utf8_lossy(&done.stderr).into_owned();
+    assert!(
+        err.starts_with(
+            "Traceback (most recent call last):\n  File \"/work/main.py\", line 4, in <module>\n"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.ends_with("ZeroDivisionError: division by zero\n"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("<string>") && !err.contains("vivarium"),
+        "{err}"
+    );
+
+    // A syntax error is reported as for a script: no traceback header, exit status 1.
+    let done = daemon.run_job(&Job::new("x = (\n").profile("hot")).await;
+    assert_eq!(done.outcome.exit, ExitStatus::Code(1));
+    let err = String::from_utf8_lossy(&done.stderr).into_owned();
+    assert!(
+        err.starts_with("  File \"/work/main.py\", line 1\n"),
+        "{err}"
+    );
+    assert!(err.contains("SyntaxError"), "{err}");
+}
+
+/// Job A leaves files, an environment variable and a background process behind; the next
+/// warm job sees none of them, and no warm sandbox is ever used twice.
+#[tokio::test(flavor = "multi_thread")]
+async fn nothing_of_one_warm_job_reaches_the_next() {
+    if !require_root() {
+        return;
+    }
+    let daemon = start(2, 300);
+    fill(&daemon, "hot", 2).await;
+    let a = format!(
+        "{WARM_MARK}import os, subprocess\n\
+         for d in ('/work', '/tmp', '/dev/shm'):\n    open(d + '/left-by-a', 'w').write('a')\n\
+         os.environ['LEFT_BY_A'] = '1'\n\
+         subprocess.Popen(['/usr/bin/python3', '-c', 'import time; time.sleep(60)'], start_new_session=True)\n\
+         print(os.getpid())\n"
+    );
+    let done_a = daemon.run_job(&Job::new(a).profile("hot")).await;
+    assert!(ran_warm(&done_a), "{}", describe(&done_a));
+    assert!(wait_until(Duration::from_secs(20), || pythons(&daemon) >= 2));
+    let b = format!(
+        "{WARM_MARK}import os, json\n\
+         print(json.dumps({{'files': [os.path.exists(d + '/left-by-a') for d in ('/work', '/tmp', '/dev/shm')],\n\
+         'env': 'LEFT_BY_A' in os.environ,\n\
+         'procs': sorted(int(p) for p in os.listdir('/proc') if p.isdigit())}}))\n"
+    );
+    let done_b = daemon.run_job(&Job::new(b).profile("hot")).await;
+    assert!(ran_warm(&done_b), "{}", describe(&done_b));
+    assert_ne!(done_a.outcome.job_id, done_b.outcome.job_id);
+    let line = String::from_utf8_lossy(&done_b.stdout)
+        .lines()
+        .nth(1)
+        .unwrap_or_default()
+        .to_owned();
+    let ev: Value = serde_json::from_str(&line).unwrap_or_else(|_| panic!("{}", describe(&done_b)));
+    assert_eq!(
+        ev["files"],
+        serde_json::json!([false, false, false]),
+        "{ev}"
+    );
+    assert_eq!(ev["env"], false, "{ev}");
+    // Only B's own interpreter in its pid namespace (init is hidden by hidepid).
+    assert_eq!(ev["procs"].as_array().map(Vec::len), Some(1), "{ev}");
+}
+
+/// Wall and CPU limits count from the delivery of the code, not from the sandbox's birth,
+/// and are enforced on warm jobs as on cold ones.
+#[tokio::test(flavor = "multi_thread")]
+async fn deadlines_start_when_the_code_is_delivered() {
+    if !require_root() {
+        return;
+    }
+    let daemon = start(2, 300);
+    fill(&daemon, "hot", 2).await;
+    // The sandboxes have been waiting for longer than this job's wall limit.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let code = format!("{WARM_MARK}import time\ntime.sleep(0.5)\n");
+    let done = daemon
+        .run_job(&Job::new(code).profile("hot").wall_ms(1200))
+        .await;
+    assert!(ran_warm(&done), "{}", describe(&done));
+    assert_eq!(done.outcome.reason, Reason::Ok, "{}", describe(&done));
+    let u = &done.outcome.usage;
+    assert!((500..1200).contains(&u.wall_ms), "{u:?}");
+    // The interpreter's start-up is not the job's CPU time.
+    assert!(u.cpu_ms < 100, "{u:?}");
+
+    assert!(wait_until(Duration::from_secs(20), || pythons(&daemon) >= 2));
+    let spin = format!("{WARM_MARK}while True:\n    pass\n");
+    let done = daemon
+        .run_job(&Job::new(spin.clone()).profile("hot").wall_ms(800))
+        .await;
+    assert!(ran_warm(&done), "{}", describe(&done));
+    assert_eq!(done.outcome.reason, Reason::Timeout, "{}", describe(&done));
+    assert!(wait_until(Duration::from_secs(20), || pythons(&daemon) >= 2));
+    let done = daemon
+        .run_job(&Job::new(spin).profile("hot").cpu_ms(300))
+        .await;
+    assert!(ran_warm(&done), "{}", describe(&done));
+    assert_eq!(done.outcome.reason, Reason::CpuLimit, "{}", describe(&done));
+}
+
+/// A job that tightens its memory or process limit cannot use a sandbox built with the
+/// profile's: it runs cold, and its limit holds.
+#[tokio::test(flavor = "multi_thread")]
+async fn tighter_memory_or_pids_run_cold() {
+    if !require_root() {
+        return;
+    }
+    let daemon = start(2, 300);
+    fill(&daemon, "hot", 2).await;
+    let done = daemon
+        .run_job(&Job::new(WARM_MARK).profile("hot").memory_bytes(64 << 20))
+        .await;
+    assert_eq!(done.outcome.reason, Reason::Ok, "{}", describe(&done));
+    assert!(!ran_warm(&done), "{}", describe(&done));
+    let done = daemon
+        .run_job(&Job::new(WARM_MARK).profile("hot").pids(8))
+        .await;
+    assert!(!ran_warm(&done), "{}", describe(&done));
+}
+
+/// With no demand for `idle_secs`, the pool is emptied: no process, cgroup, mount or fd of
+/// any sandbox is left; the next job refills it.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_idle_pool_empties_and_leaves_nothing() {
+    if !require_root() {
+        return;
+    }
+    let daemon = start(2, 1);
+    let before = daemon.settled_snapshot();
+    fill(&daemon, "hot", 2).await;
+    daemon.assert_no_leaks(&before);
+    let done = daemon.run_job(&Job::new(WARM_MARK).profile("hot")).await;
+    assert!(
+        !ran_warm(&done),
+        "the pool was emptied: {}",
+        describe(&done)
+    );
+    assert!(wait_until(Duration::from_secs(20), || pythons(&daemon) >= 2));
+    let done = daemon.run_job(&Job::new(WARM_MARK).profile("hot")).await;
+    assert!(ran_warm(&done), "refilled: {}", describe(&done));
+    daemon.assert_no_leaks(&before);
+}
