@@ -35,6 +35,11 @@ pub struct WarmSection {
     /// With no job taken for this long, the pool is emptied (refilled on the next job).
     #[serde(default = "default_warm_idle_secs")]
     pub idle_secs: u64,
+    /// Modules each warm interpreter imports before it waits for its job (for example
+    /// `json`, or `numpy` from the profile's packages), so that the job's own import of
+    /// them is a dictionary lookup.
+    #[serde(default)]
+    pub preload: Vec<String>,
 }
 
 fn default_warm_idle_secs() -> u64 {
@@ -46,6 +51,7 @@ impl Default for WarmSection {
         WarmSection {
             pool: 0,
             idle_secs: default_warm_idle_secs(),
+            preload: Vec::new(),
         }
     }
 }
@@ -276,6 +282,20 @@ impl Profile {
         if file.warm.pool > 0 && file.warm.idle_secs == 0 {
             return Err(bad("warm.idle_secs", "must be greater than 0".into()));
         }
+        for m in &file.warm.preload {
+            let dotted = m.split('.').all(|part| {
+                part.chars()
+                    .next()
+                    .is_some_and(|c| c == '_' || c.is_ascii_alphabetic())
+                    && part.chars().all(|c| c == '_' || c.is_ascii_alphanumeric())
+            });
+            if !dotted {
+                return Err(bad(
+                    "warm.preload",
+                    format!("{m:?} is not a module name (dotted identifiers)"),
+                ));
+            }
+        }
         if file.network.enabled {
             return Err(bad(
                 "network.enabled",
@@ -464,6 +484,8 @@ mod tests {
         assert_eq!((ok.file.warm.pool, ok.file.warm.idle_secs), (3, 300));
         for (extra, field) in [
             ("pool = 65", "warm.pool"),
+            ("pool = 1\npreload = [\"os; import x\"]", "warm.preload"),
+            ("pool = 1\npreload = [\"\"]", "warm.preload"),
             ("pool = 1\nidle_secs = 0", "warm.idle_secs"),
         ] {
             match parse(&format!("{}\n[warm]\n{extra}\n", default_text())).unwrap_err() {

@@ -336,3 +336,29 @@ async fn an_idle_pool_empties_and_leaves_nothing() {
     assert!(ran_warm(&done), "refilled: {}", describe(&done));
     daemon.assert_no_leaks(&before);
 }
+
+/// `warm.preload` modules are imported before the job arrives: the job finds them in
+/// `sys.modules` before importing anything, which a cold job of the same profile does not.
+#[tokio::test(flavor = "multi_thread")]
+async fn preloaded_modules_are_imported_before_the_job() {
+    if !require_root() {
+        return;
+    }
+    let text = format!(
+        "{}\n[warm]\npool = 2\npreload = [\"json\", \"xml.dom.minidom\"]\n",
+        default_profile_with(&[])
+    );
+    let daemon = Daemon::start(DaemonOpts::default().profile("hot", &text));
+    fill(&daemon, "hot", 2).await;
+    let code = format!(
+        "{WARM_MARK}import sys\nprint(sorted(m for m in ('json', 'xml.dom.minidom') if m in sys.modules))\n"
+    );
+    let done = daemon.run_job(&Job::new(code.clone()).profile("hot")).await;
+    assert!(ran_warm(&done), "{}", describe(&done));
+    assert_eq!(
+        String::from_utf8_lossy(&done.stdout),
+        "WARM\n['json', 'xml.dom.minidom']\n"
+    );
+    let cold = daemon.run_job(&Job::new(code)).await;
+    assert_eq!(String::from_utf8_lossy(&cold.stdout), "COLD\n[]\n");
+}

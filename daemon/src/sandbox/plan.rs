@@ -307,6 +307,8 @@ pub fn build_warm(
     plan.argv.pop(); // the script path
     plan.argv.push("-c".into());
     plan.argv.push(WARM_BOOTSTRAP.into());
+    // The modules to import before waiting: the bootstrap's own argv.
+    plan.argv.extend(profile.file.warm.preload.iter().cloned());
     plan.warm = true;
     plan
 }
