@@ -362,3 +362,29 @@ async fn preloaded_modules_are_imported_before_the_job() {
     let cold = daemon.run_job(&Job::new(code)).await;
     assert_eq!(String::from_utf8_lossy(&cold.stdout), "COLD\n[]\n");
 }
+
+/// A preload that cannot be imported ends each warm sandbox before it is ready: the daemon
+/// logs the interpreter's error, backs off instead of rebuilding in a loop, and jobs still run (cold).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failing_preload_is_reported_and_jobs_run_cold() {
+    if !require_root() {
+        return;
+    }
+    let text = format!(
+        "{}\n[warm]\npool = 2\npreload = [\"no_such_module_vivarium\"]\n",
+        default_profile_with(&[])
+    );
+    let daemon = Daemon::start(DaemonOpts::default().profile("hot", &text));
+    let done = daemon.run_job(&Job::new(WARM_MARK).profile("hot")).await;
+    assert_eq!(done.outcome.reason, Reason::Ok, "{}", describe(&done));
+    assert!(
+        wait_until(Duration::from_secs(20), || daemon
+            .log()
+            .contains("No module named 'no_such_module_vivarium'")),
+        "{}",
+        daemon.log()
+    );
+    let done = daemon.run_job(&Job::new(WARM_MARK).profile("hot")).await;
+    assert_eq!(done.outcome.reason, Reason::Ok, "{}", describe(&done));
+    assert!(!ran_warm(&done), "{}", describe(&done));
+}

@@ -13,6 +13,9 @@ def _vivarium_preload():
 
 
 _vivarium_preload()
+# Ready: one NUL byte on stderr, which the daemon reads before it lists this sandbox as
+# ready (so a job never meets an interpreter that failed to start).
+os.write(2, b"\0")
 
 
 def _vivarium_job():

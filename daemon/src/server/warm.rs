@@ -153,7 +153,13 @@ async fn tend(daemon: &Arc<Daemon>, backoff: &mut HashMap<String, Instant>) -> b
             let mut keep = Vec::new();
             for mut w in pool.ready.drain(..) {
                 let current = active.is_some_and(|a| Arc::ptr_eq(&w.active, a));
-                if current && keep.len() < target && !w.is_dead() {
+                if w.is_dead() {
+                    // Its interpreter ended before any job (a failing `warm.preload`
+                    // import, say): build no more of them for a while.
+                    tracing::warn!(profile = %name, sandbox = w.job_id, "a warm sandbox ended before its job; check the profile's warm.preload; retrying in 5 s");
+                    backoff.insert(name.clone(), Instant::now() + Duration::from_secs(5));
+                    total -= 1;
+                } else if current && keep.len() < target {
                     keep.push(w);
                 } else {
                     total -= 1;
@@ -195,6 +201,49 @@ async fn tend(daemon: &Arc<Daemon>, backoff: &mut HashMap<String, Instant>) -> b
     }
 }
 
+/// How long an interpreter may take to start and preload before it counts as failed.
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Read the bootstrap's stderr up to its ready byte and hand the pipe back for the job.
+/// Text before the byte (warnings printed by a preload import) is logged; an end of file
+/// before it is the interpreter's failure, reported with that text.
+async fn await_ready(err_r: OwnedFd) -> Result<OwnedFd, String> {
+    use tokio::io::AsyncReadExt;
+    let mut rx =
+        tokio::net::unix::pipe::Receiver::from_owned_fd(err_r).map_err(|e| format!("pipe: {e}"))?;
+    let mut before = Vec::new();
+    let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
+    loop {
+        // One byte at a time: nothing past the ready byte may be consumed here.
+        let mut byte = [0u8; 1];
+        match tokio::time::timeout_at(deadline, rx.read(&mut byte)).await {
+            Ok(Ok(1)) if byte[0] == 0 => break,
+            Ok(Ok(1)) => {
+                if before.len() < 4096 {
+                    before.push(byte[0]);
+                }
+            }
+            Ok(Ok(_)) => {
+                return Err(format!(
+                    "the interpreter ended before it was ready: {}",
+                    String::from_utf8_lossy(&before).trim_end()
+                ))
+            }
+            Ok(Err(e)) => return Err(format!("reading the sandbox's stderr: {e}")),
+            Err(_) => {
+                return Err(format!(
+                    "the interpreter was not ready within {} s",
+                    READY_TIMEOUT.as_secs()
+                ))
+            }
+        }
+    }
+    if !before.is_empty() {
+        tracing::warn!(output = %String::from_utf8_lossy(&before).trim_end(), "a warm interpreter wrote this while starting");
+    }
+    rx.into_nonblocking_fd().map_err(|e| format!("pipe: {e}"))
+}
+
 fn pipe() -> Result<(OwnedFd, OwnedFd), String> {
     nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))
 }
@@ -230,6 +279,15 @@ async fn build(daemon: &Arc<Daemon>, active: &Arc<ActiveProfile>) -> Result<Warm
             }
             Some(_) => continue,
             None => return Err("the spawner went away".into()),
+        }
+    };
+    // The bootstrap says it is waiting with one NUL byte on stderr; anything else is its
+    // failure (a traceback from a preload import, say), reported here.
+    let err_r = match await_ready(err_r).await {
+        Ok(fd) => fd,
+        Err(why) => {
+            daemon.spawner.kill(job_id, KillCause::Shutdown).await;
+            return Err(why);
         }
     };
     tracing::debug!(job_id, profile = %active.profile.name, "warm sandbox ready");
