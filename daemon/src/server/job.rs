@@ -86,6 +86,7 @@ pub async fn run(
         };
         let result = execute(&daemon, &sock, job_id, &req, stdin, &cancel, permit).await;
         over.store(true, Ordering::SeqCst);
+        daemon.warm.nudge();
         match result {
             Ok(outcome) => {
                 tracing::info!(reason = ?outcome.reason, exit = ?outcome.exit, wall_ms = outcome.usage.wall_ms, "job finished");

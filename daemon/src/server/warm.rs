@@ -10,7 +10,8 @@
 //! A pool exists from the first job that asks for its profile (that job runs cold), so
 //! a daemon whose clients never use a warm profile never builds a warm sandbox.
 //! One maintainer task keeps the pools: it builds one sandbox at a time, only while no
-//! job waits in the queue (so refilling never holds back a cold job), stops at the
+//! job waits in the queue (so refilling never holds back a cold job) and, while jobs
+//! run, only for a pool at most half full, stops at the
 //! profile's `warm.pool` and at `max_concurrent_jobs` sandboxes in all (the spawner's id
 //! slots are sized for running jobs, twice over), empties a pool after `warm.idle_secs`
 //! without demand, and throws away sandboxes of a profile replaced by a reload.
@@ -84,6 +85,11 @@ impl WarmPools {
         drop(pools);
         self.wake.notify_one();
         found
+    }
+
+    /// A job ended: a pool may refill now.
+    pub fn nudge(&self) {
+        self.wake.notify_one();
     }
 
     /// Sandboxes ready now, per profile.
@@ -167,8 +173,13 @@ async fn tend(daemon: &Arc<Daemon>, backoff: &mut HashMap<String, Instant>) -> b
                 }
             }
             pool.ready = keep;
+            // While jobs run, refill only a pool down to half: a sandbox build shares the
+            // spawner and the CPUs with the running jobs, so it waits for a quiet moment
+            // unless the pool is running low.
+            let quiet = daemon.jobs.counts().0 == 0 || pool.ready.len() * 2 <= target;
             if wanted.is_none()
                 && pool.ready.len() < target
+                && quiet
                 && total < daemon.config.max_concurrent_jobs
                 && daemon.queued.load(std::sync::atomic::Ordering::SeqCst) == 0
                 && backoff.get(name).is_none_or(|t| Instant::now() >= *t)

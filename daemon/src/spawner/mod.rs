@@ -240,23 +240,10 @@ impl Spawner {
                 .map(|f| f.revents().is_some_and(|r| !r.is_empty()))
                 .collect();
             drop(fds);
-            for (i, job) in self.jobs.iter_mut().enumerate() {
-                if ready[2 + 2 * i] && drain_status(job, false, &self.link) && !job.reported {
-                    // Every process of the job but its init is gone (init killed and
-                    // reaped them): report now. Init's own exit tears down its
-                    // namespaces, which costs milliseconds (an RCU grace period for
-                    // the mount namespace) that the client need not wait for.
-                    report_finished(job, &self.link);
-                }
-            }
-            let mut exited: Vec<usize> =
-                (0..self.jobs.len()).filter(|&i| ready[1 + 2 * i]).collect();
-            exited.reverse();
-            for i in exited {
-                let job = self.jobs.swap_remove(i);
-                self.finish(job);
-            }
-            self.enforce_deadlines();
+            // The link first: a warm job's `Arm` was sent before its code, so it must be
+            // applied before that job's end is handled. (A `Spawn` appends a job, which
+            // this round's `ready` does not cover.)
+            let polled = self.jobs.len();
             if ready[0] {
                 match recv_msg(&self.link) {
                     Ok(Some((msg, fds))) => {
@@ -272,6 +259,23 @@ impl Spawner {
                     Err(e) => return Err(format!("link: {e}")),
                 }
             }
+
+            for (i, job) in self.jobs.iter_mut().enumerate().take(polled) {
+                if ready[2 + 2 * i] && drain_status(job, false, &self.link) && !job.reported {
+                    // Every process of the job but its init is gone (init killed and
+                    // reaped them): report now. Init's own exit tears down its
+                    // namespaces, which costs milliseconds (an RCU grace period for
+                    // the mount namespace) that the client need not wait for.
+                    report_finished(job, &self.link);
+                }
+            }
+            let mut exited: Vec<usize> = (0..polled).filter(|&i| ready[1 + 2 * i]).collect();
+            exited.reverse();
+            for i in exited {
+                let job = self.jobs.swap_remove(i);
+                self.finish(job);
+            }
+            self.enforce_deadlines();
         }
     }
 
