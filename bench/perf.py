@@ -122,6 +122,44 @@ def vm_hwm_kib(pid):
     return 0
 
 
+def uss_kib(pid):
+    """Private memory (USS): pages no other process maps."""
+    total = 0
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            if line.startswith(("Private_Clean:", "Private_Dirty:")):
+                total += int(line.split()[1])
+    return total
+
+
+def children(pid):
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        out.append(int(entry))
+            except OSError:
+                pass
+    return out
+
+
+def idle_warm_uss(spawner, pool):
+    """Once `pool` warm sandboxes wait and nothing else runs: USS per sandbox (its init
+    plus its interpreter)."""
+    for _ in range(200):
+        inits = children(spawner)
+        if len(inits) == pool:
+            break
+        time.sleep(0.05)
+    else:
+        return None
+    time.sleep(0.5)
+    per = [sum(uss_kib(p) for p in [i] + children(i)) for i in children(spawner)]
+    return statistics.median(per) if per else None
+
+
 def spawner_pid(daemon_pid):
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -236,6 +274,7 @@ def main():
                          library_throughput(lib_exe, sock, "benchwarm", clients, args.seconds)))
         sp = spawner_pid(d.pid)
         mem = (vm_hwm_kib(d.pid), vm_hwm_kib(sp) if sp else 0)
+        warm_uss = idle_warm_uss(sp, args.pool) if sp else None
     finally:
         if d is not None:
             d.send_signal(signal.SIGTERM)
@@ -254,7 +293,9 @@ def main():
               "|---:|---:|---:|---:|---:|---:|"]
     lines += [f"| {c} | {b:.1f} | {s:.1f} | {s / b:.2f}x | {w:.1f} | {w / b:.2f}x |" for c, b, s, w in tput]
     lines += ["", f"Peak resident memory (VmHWM): daemon {mem[0] / 1024:.1f} MiB, "
-                  f"spawner {mem[1] / 1024:.1f} MiB."]
+                  f"spawner {mem[1] / 1024:.1f} MiB. Idle warm sandbox, private memory (USS, "
+                  f"its init + its waiting interpreter): "
+                  + (f"{warm_uss / 1024:.1f} MiB." if warm_uss is not None else "not measured (pool not full).")]
     out = "\n".join(lines)
     print(out)
     if args.write:
