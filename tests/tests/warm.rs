@@ -388,3 +388,47 @@ async fn a_failing_preload_is_reported_and_jobs_run_cold() {
     assert_eq!(done.outcome.reason, Reason::Ok, "{}", describe(&done));
     assert!(!ran_warm(&done), "{}", describe(&done));
 }
+
+/// A reload that changes a warm profile retires the sandboxes built from the old one: the
+/// next warm job runs in a sandbox of the new profile.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reload_retires_sandboxes_of_the_old_profile() {
+    if !require_root() {
+        return;
+    }
+    let daemon = start(2, 300);
+    fill(&daemon, "hot", 2).await;
+    let code = format!("{WARM_MARK}import os\nprint(os.environ['LANG'])\n");
+    let before = daemon.run_job(&Job::new(code.clone()).profile("hot")).await;
+    assert!(ran_warm(&before), "{}", describe(&before));
+    assert_eq!(String::from_utf8_lossy(&before.stdout), "WARM\nC.UTF-8\n");
+
+    let text = warm_profile(2, 300).replace("LANG = \"C.UTF-8\"", "LANG = \"C\"");
+    assert!(text.contains("LANG = \"C\""));
+    std::fs::write(daemon.profiles_dir().join("hot.toml"), text).unwrap();
+    daemon.signal(nix::sys::signal::Signal::SIGHUP);
+    assert!(
+        wait_until(Duration::from_secs(10), || daemon
+            .log()
+            .contains("reloaded config and profiles")),
+        "{}",
+        daemon.log()
+    );
+    // The first job after the reload meets an empty pool for the new profile (cold), then
+    // the pool refills from it.
+    let mut saw_warm = false;
+    for _ in 0..20 {
+        let done = daemon.run_job(&Job::new(code.clone()).profile("hot")).await;
+        let out = String::from_utf8_lossy(&done.stdout).into_owned();
+        assert!(
+            out.ends_with("\nC\n"),
+            "a job ran under the old profile: {out}"
+        );
+        if ran_warm(&done) {
+            saw_warm = true;
+            break;
+        }
+        assert!(wait_until(Duration::from_secs(20), || pythons(&daemon) >= 2));
+    }
+    assert!(saw_warm, "no warm job after the reload");
+}
