@@ -120,6 +120,12 @@ impl Client {
     where
         R: AsyncRead + Unpin + Send + 'c,
     {
+        if !job.packages.is_empty() && self.hello.version < 2 {
+            return Err(ClientError::Protocol(format!(
+                "packages need protocol version 2; the daemon speaks {}",
+                self.hello.version
+            )));
+        }
         self.begin()?;
         let frames = match crate::job::submit_frames(job, stdin.is_some()) {
             Ok(frames) => frames,
@@ -262,6 +268,7 @@ pub(crate) fn unexpected(wanted: &str, got: &Event) -> ClientError {
         Event::Finished(_) => "Finished",
         Event::Error(_) => "Error",
         Event::Profiles(_) => "Profiles",
+        Event::Packages(_) => "Packages",
     };
     ClientError::Protocol(format!("expected {wanted}, got {kind}"))
 }

@@ -7,6 +7,7 @@
 
 pub mod cgroup;
 pub mod config;
+pub mod packages;
 pub mod profile;
 pub mod sandbox;
 pub mod server;

@@ -20,6 +20,9 @@ pub struct ProfileFile {
     pub security: SecuritySection,
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// PyPI packages a job may ask for (`docs/profiles.md`); absent: none.
+    #[serde(default)]
+    pub packages: crate::packages::PackagesSection,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -279,6 +282,9 @@ impl Profile {
                 format!("{} is not under any of filesystem.ro_binds", py.display()),
             ));
         }
+        file.packages
+            .validate()
+            .map_err(|(field, problem)| bad(field, problem))?;
         let seccomp_path = dir.join(&s.seccomp);
         Ok(Profile {
             name,
