@@ -517,6 +517,12 @@ pub fn install_plan(
     if let Some(url) = &section.index_url {
         let port = super::index_port(url)?;
         plan.host_network = true;
+        // The profile's seccomp policy with its `deny_socket_inet` filter in place of
+        // `deny_socket_local`: IPv4/IPv6 sockets (for the index and DNS) are allowed,
+        // netlink, packet and vsock sockets stay refused.
+        plan.seccomp = crate::sandbox::seccomp::load(&p.seccomp_path, true)
+            .map_err(|e| format!("seccomp policy: {}", crate::error_chain(&e)))?
+            .to_wire();
         let mut ports = vec![port, 53];
         ports.dedup();
         plan.landlock.tcp_connect = ports;
@@ -539,6 +545,9 @@ pub fn install_plan(
         ("UV_NO_CONFIG", "1"),
         ("UV_PYTHON_DOWNLOADS", "never"),
         ("UV_LINK_MODE", "copy"),
+        // The host's trust store (bound from /etc/ssl by the shipped profiles), not uv's
+        // bundled roots: operators behind a TLS-inspecting proxy add their CA there.
+        ("UV_SYSTEM_CERTS", "1"),
         ("UV_NO_PROGRESS", "1"),
         ("UV_HTTP_RETRIES", "1"),
         ("UV_HTTP_TIMEOUT", "30"),
