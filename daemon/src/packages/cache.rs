@@ -210,7 +210,8 @@ impl Cache {
 
     /// Mark an entry used now (LRU) and keep it from eviction until the guard drops.
     pub fn use_entry(&self, entry: &Entry) -> InUse {
-        let _ = std::fs::File::create(entry.dir.join("last-used"));
+        let _ = std::fs::File::create(entry.dir.join("last-used"))
+            .and_then(|f| f.set_modified(std::time::SystemTime::now()));
         *self
             .in_use
             .lock()

@@ -369,14 +369,16 @@ fn tail(s: &str) -> String {
 
 /// Turn uv's error output into a typed error naming the package.
 pub fn classify(stderr: &str, names: &[&str], section: &PackagesSection) -> PackageError {
-    static RES: std::sync::OnceLock<[regex::Regex; 5]> = std::sync::OnceLock::new();
-    let [not_found, no_version, no_wheels, wheels_required, you_require] = RES.get_or_init(|| {
+    static RES: std::sync::OnceLock<[regex::Regex; 6]> = std::sync::OnceLock::new();
+    let [not_found, no_version, no_wheels, wheels_required, you_require, only_available] =
+        RES.get_or_init(|| {
         [
             r"Because ([A-Za-z0-9._-]+) was not found in the (?:package registry|provided package locations)",
             r"there is no version of ([A-Za-z0-9._-]+)",
             r"([A-Za-z0-9._-]+)(?:==\S+)? has no usable wheels",
             r"Wheels are required for `([A-Za-z0-9._-]+)`",
             r"you require ([A-Za-z0-9._-]+)",
+            r"Because only ([A-Za-z0-9._-]+?)[<>=!~]\S* (?:is|are) available and you require ([A-Za-z0-9._-]+?)[<>=!~ ,]",
         ]
         .map(|r| regex::Regex::new(r).expect("uv error patterns compile"))
     });
@@ -422,7 +424,13 @@ pub fn classify(stderr: &str, names: &[&str], section: &PackagesSection) -> Pack
                 format!("{p}: not found on the index or in the wheelhouse"),
             );
         }
-        if let Some(p) = first(no_version) {
+        // "Because only x==1.0 is available and you require x>=2": the project exists,
+        // but no version of it satisfies what was asked.
+        let unmatched = only_available
+            .captures(stderr)
+            .filter(|c| c[1] == c[2])
+            .map(|c| c[1].to_owned());
+        if let Some(p) = first(no_version).or(unmatched) {
             return err(
                 ErrorCode::PackageNotFound,
                 Some(p.clone()),
@@ -697,6 +705,7 @@ mod tests {
             ("error: No solution found when resolving dependencies\n  cause: Because vivsdist==1.0 has no usable wheels and only vivsdist==1.0 is available, we can conclude that all versions of vivsdist cannot be used.\n\nhint: Wheels are required for `vivsdist` because building from source is disabled for all packages (i.e., with `--no-build`)\n", ErrorCode::NoCompatibleWheel, Some("vivsdist")),
             ("error: Request failed after 3 retries in 4.9s\n  cause: Failed to fetch: http://127.0.0.1:9/simple/x/\n  cause: error sending request for url (http://127.0.0.1:9/simple/x/)\n  cause: client error (Connect)\n  cause: tcp connect error\n  cause: Connection refused (os error 111)\n", ErrorCode::IndexUnreachable, Some("x")),
             ("error: Failed to install: x.whl\n  Caused by: No space left on device (os error 28)\n", ErrorCode::EnvironmentTooLarge, None),
+            ("error: No solution found when resolving dependencies\n  cause: Because only vivtiny==1.0 is available and you require vivtiny>=2, we can conclude that your requirements are unsatisfiable.\n", ErrorCode::PackageNotFound, Some("vivtiny")),
             ("error: something new\n", ErrorCode::InstallFailed, None),
         ];
         for (stderr, code, pkg) in cases {
