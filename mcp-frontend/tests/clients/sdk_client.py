@@ -122,12 +122,14 @@ async def list_and_validate(s: ClientSession) -> Tool:
     check(t["outputSchema"]["type"] == "object", "output schema is an object", t["outputSchema"])
     check(t["inputSchema"]["required"] == ["code"], "only code is required", t["inputSchema"])
     props = t["inputSchema"]["properties"]
-    check(set(props) == {"code", "stdin", "timeout_seconds", "profile"}, "parameters", props)
+    check(set(props) == {"code", "stdin", "timeout_seconds", "profile", "packages"}, "parameters", props)
+    check(props["packages"]["type"] == ["array", "null"] or "anyOf" in props["packages"] or props["packages"].get("type") in ("array", ["array", "null"]),
+          "packages is a list of requirement strings", props["packages"])
     for name, p in props.items():
         check(len(p.get("description", "")) > 20, f"parameter {name} is described", p)
     check("`default`" in props["profile"]["description"], "profile names the daemon's profiles", props["profile"])
     out = t["outputSchema"]["properties"]
-    for field in ("exit_code", "reason", "stdout", "stderr", "wall_ms", "cpu_ms", "peak_memory_bytes"):
+    for field in ("exit_code", "reason", "stdout", "stderr", "wall_ms", "cpu_ms", "peak_memory_bytes", "packages"):
         check(field in out, f"output schema has {field}", out)
     a = t["annotations"]
     expected = {"readOnlyHint": False, "destructiveHint": False, "idempotentHint": False, "openWorldHint": False}
