@@ -479,3 +479,139 @@ async fn numpy_from_pypi_installs_computes_and_is_reused() {
     assert_eq!(String::from_utf8_lossy(&second.stdout), "5050 8.0\n");
     assert!(second.packages.unwrap().from_cache);
 }
+
+/// A tiny PEP 503 index on a loopback port for one project, `vivtiny`, whose wheel link
+/// points at `wheel_port` (its own port when `None`). Counts the connections it and the
+/// optional second listener receive. `hang`: accept and never answer.
+struct Index {
+    port: u16,
+    hits: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Index {
+    fn start(wheelhouse: PathBuf, wheel_port: Option<u16>, hang: bool) -> Index {
+        use std::io::{Read, Write};
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let hits = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = hits.clone();
+        let files = wheel_port.unwrap_or(port);
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            for stream in listener.incoming() {
+                let Ok(mut s) = stream else { continue };
+                counter.fetch_add(1, Ordering::SeqCst);
+                if hang {
+                    held.push(s);
+                    continue;
+                }
+                let mut req = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => req.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let text = String::from_utf8_lossy(&req);
+                let mut parts = text.split_whitespace();
+                let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+                let wheel = "vivtiny-1.0-py3-none-any.whl";
+                let (status, ctype, body) = if path.trim_end_matches('/') == "/simple/vivtiny" {
+                    let html = format!(
+                        "<!DOCTYPE html><html><body><a href=\"http://127.0.0.1:{files}/files/{wheel}\">{wheel}</a></body></html>"
+                    );
+                    ("200 OK", "text/html", html.into_bytes())
+                } else if path == format!("/files/{wheel}") {
+                    let bytes = std::fs::read(wheelhouse.join(wheel)).unwrap();
+                    ("200 OK", "application/octet-stream", bytes)
+                } else {
+                    ("404 Not Found", "text/plain", b"not found".to_vec())
+                };
+                let head = format!(
+                    "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = s.write_all(head.as_bytes());
+                if method != "HEAD" {
+                    let _ = s.write_all(&body);
+                }
+            }
+        });
+        Index { port, hits }
+    }
+
+    fn hits(&self) -> usize {
+        self.hits.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+fn index_profile(port: u16, extra: &[(&str, &str)]) -> String {
+    let url = format!("index_url = \"http://127.0.0.1:{port}/simple\"");
+    let mut repl = vec![("index_url", url.as_str())];
+    repl.extend_from_slice(extra);
+    default_profile_with(&repl)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_install_reaches_the_index_port_and_no_other() {
+    let Some(fx) = Fixture::new() else { return };
+    // The whole index on one port: the install works over the network.
+    let index = Index::start(fx.wheelhouse(), None, false);
+    let daemon = Daemon::start(
+        fx.opts(1 << 30)
+            .profile("idx", &index_profile(index.port, &[])),
+    );
+    let c = ok(&daemon, &Job::new(TINY).profile("idx").package("vivtiny")).await;
+    assert_eq!(String::from_utf8_lossy(&c.stdout), "42 /env\n");
+    assert!(
+        index.hits() >= 2,
+        "the index and the wheel were fetched over TCP"
+    );
+    drop(daemon);
+    // The index page on its port, the wheel on another: Landlock refuses that connect.
+    let files = Index::start(fx.wheelhouse(), None, false);
+    let index = Index::start(fx.wheelhouse(), Some(files.port), false);
+    let daemon = Daemon::start(
+        fx.opts(1 << 30)
+            .profile("idx", &index_profile(index.port, &[])),
+    );
+    let e = refused(&daemon, &Job::new(TINY).profile("idx").package("vivtiny")).await;
+    assert!(index.hits() >= 1, "the index port was reachable");
+    assert_eq!(
+        files.hits(),
+        0,
+        "a connection reached the other port: {e:?}"
+    );
+    assert!(
+        e.message.contains("Permission denied") || e.message.contains("os error 13"),
+        "expected Landlock's EACCES on connect: {e:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_install_past_its_timeout_is_killed_with_a_typed_error() {
+    let Some(fx) = Fixture::new() else { return };
+    let index = Index::start(fx.wheelhouse(), None, true);
+    let profile = index_profile(
+        index.port,
+        &[("install_timeout_ms", "install_timeout_ms = 2_000")],
+    );
+    let daemon = Daemon::start(fx.opts(1 << 30).profile("idx", &profile));
+    let started = std::time::Instant::now();
+    let e = refused(
+        &daemon,
+        &Job::new("print(1)").profile("idx").package("vivtiny"),
+    )
+    .await;
+    assert_eq!(e.code, ErrorCode::InstallTimeout, "{e:?}");
+    assert!(e.message.contains("vivtiny"), "{e:?}");
+    assert!(index.hits() >= 1);
+    // Killed at its deadline, not at uv's own 30 s HTTP timeout.
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+}
