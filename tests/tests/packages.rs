@@ -599,7 +599,8 @@ async fn an_install_past_its_timeout_is_killed_with_a_typed_error() {
         &[("install_timeout_ms", "install_timeout_ms = 2_000")],
     );
     let daemon = Daemon::start(fx.opts(1 << 30).profile("idx", &profile));
-    let started = std::time::Instant::now();
+    // InstallTimeout comes only from the spawner's wall-clock kill of the install sandbox
+    // (uv's own HTTP timeout is 30 s and would surface as IndexUnreachable).
     let e = refused(
         &daemon,
         &Job::new("print(1)").profile("idx").package("vivtiny"),
@@ -608,10 +609,8 @@ async fn an_install_past_its_timeout_is_killed_with_a_typed_error() {
     assert_eq!(e.code, ErrorCode::InstallTimeout, "{e:?}");
     assert!(e.message.contains("vivtiny"), "{e:?}");
     assert!(index.hits() >= 1);
-    // Killed at its deadline, not at uv's own 30 s HTTP timeout.
-    assert!(
-        started.elapsed() < Duration::from_secs(20),
-        "{:?}",
-        started.elapsed()
-    );
+    let builds: Vec<_> = std::fs::read_dir(fx.cache().join("build"))
+        .unwrap()
+        .collect();
+    assert!(builds.is_empty(), "{builds:?}");
 }
