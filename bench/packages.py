@@ -6,7 +6,8 @@ Side by side, each cold (empty caches) and warm:
                resolves against PyPI, downloads, installs into a new environment), cache
                commit, then the job (import numpy, compute) in its own sandbox;
 - viv cached:  the same job again: the cached environment bound read-only (median of N);
-- uv cold:     `uv venv` + `uv pip install numpy` with an empty uv cache, no sandbox,
+- uv cold:     `uv venv` + `uv pip install --compile-bytecode numpy` (as the daemon
+               does) with an empty uv cache, no sandbox,
                then `python -c 'import numpy ...'` from that venv;
 - uv warm:     the same with uv's cache warm (a fresh venv each time; median of N);
 - bare run:    `python -c 'import numpy ...'` from the uv venv (median of N): what the
@@ -75,7 +76,7 @@ def main():
             shutil.rmtree(venv, ignore_errors=True)
             t = timed([args.uv, "venv", "-q", "--python", "/usr/bin/python3", venv], env)
             return t + timed([args.uv, "pip", "install", "-q", "--python", f"{venv}/bin/python",
-                              "--only-binary", ":all:", "numpy"], env)
+                              "--only-binary", ":all:", "--compile-bytecode", "numpy"], env)
 
         venv = os.path.join(tmp, "venv")
         run_bare = [f"{venv}/bin/python", "-I", "-c", CODE]

@@ -79,20 +79,23 @@ impl Drop for InUse {
     }
 }
 
+/// Create a directory with `mode`; one that exists already is left as it is (never
+/// re-moded: the operator may have made it), but must be a real directory.
 fn mkdir_mode(path: &Path, mode: u32) -> std::io::Result<()> {
     match std::fs::create_dir(path) {
-        Ok(()) => {}
+        Ok(()) => std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            if !std::fs::symlink_metadata(path)?.is_dir() {
-                return Err(std::io::Error::other(format!(
+            if std::fs::symlink_metadata(path)?.is_dir() {
+                Ok(())
+            } else {
+                Err(std::io::Error::other(format!(
                     "{} exists and is not a directory",
                     path.display()
-                )));
+                )))
             }
         }
-        Err(e) => return Err(e),
+        Err(e) => Err(e),
     }
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
 }
 
 pub fn sha256_hex(data: &[u8]) -> String {

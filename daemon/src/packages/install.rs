@@ -124,6 +124,11 @@ impl Manager {
             map.entry(request.clone()).or_default().clone()
         };
         let _inproc = slot.lock().await;
+        // The map keeps a lock only while someone holds or waits for it.
+        let _forget = Forget {
+            map: &self.inflight,
+            key: &request,
+        };
         let internal = |e: String| PackageError::new(ErrorCode::InstallFailed, None, e);
         let _flock = {
             let root = self.cache.root().to_owned();
@@ -314,6 +319,22 @@ impl Manager {
         let mut resolved = done.resolved;
         resolved.sort();
         Ok((resolved, done.python_version))
+    }
+}
+
+/// Drops a request's in-flight lock from the map once nobody else holds it.
+struct Forget<'a> {
+    map: &'a Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    key: &'a str,
+}
+
+impl Drop for Forget<'_> {
+    fn drop(&mut self) {
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        // Our own clone (`slot`) is still alive here: 2 means map + us only.
+        if map.get(self.key).is_some_and(|l| Arc::strong_count(l) <= 2) {
+            map.remove(self.key);
+        }
     }
 }
 
