@@ -218,12 +218,14 @@ pub fn description(usable: &[&ProfileInfo], default_profile: &str) -> String {
     format!(
         "Run a Python 3.11 script in a fresh, disposable Linux sandbox and return its exit \
          code, stdout, stderr and resource use. Each call starts clean: {network}, no state \
-         between calls, writable /work and /tmp only, standard library only (no pip); \
+         between calls, writable /work and /tmp only, no pip; PyPI packages (wheels) can be named in \
+         `packages` when the daemon's profile allows them (installed once, then cached); \
          {limits}. A Python exception or a limit hit is reported as an error with the \
          traceback or the reason.\n\
          Examples: {{\"code\": \"print(sum(range(10)))\"}}; \
          {{\"code\": \"import sys; print(sys.stdin.read().upper())\", \"stdin\": \"hi\"}}; \
-         {{\"code\": \"import time; time.sleep(5)\", \"timeout_seconds\": 2}}"
+         {{\"code\": \"import time; time.sleep(5)\", \"timeout_seconds\": 2}}; \
+         {{\"code\": \"import numpy; print(numpy.eye(2))\", \"packages\": [\"numpy\"]}}"
     )
 }
 

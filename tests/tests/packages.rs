@@ -614,3 +614,29 @@ async fn an_install_past_its_timeout_is_killed_with_a_typed_error() {
         .collect();
     assert!(builds.is_empty(), "{builds:?}");
 }
+
+/// The service unit's `CapabilityBoundingSet=` is enough for packages: the spawner gives
+/// the build directory to the install's uid, the server re-owns and seals the result.
+#[tokio::test(flavor = "multi_thread")]
+async fn packages_work_under_the_units_capability_bounding_set() {
+    let Some(fx) = Fixture::new() else { return };
+    let unit = std::fs::read_to_string(workspace_dir().join("dist/systemd/vivariumd.service"))
+        .expect("the service unit");
+    let caps: Vec<String> = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("CapabilityBoundingSet="))
+        .expect("the unit sets CapabilityBoundingSet=")
+        .split_whitespace()
+        .map(|c| format!("+{}", c.trim_start_matches("CAP_").to_lowercase()))
+        .collect();
+    let set = format!("-all,{}", caps.join(","));
+    let daemon = Daemon::start(
+        fx.opts(1 << 30)
+            .profile("offline", &fx.offline_profile(&[]))
+            .exec_prefix(&["setpriv", "--bounding-set", &set]),
+    );
+    let c = ok(&daemon, &job(TINY, &["vivtiny"])).await;
+    assert_eq!(String::from_utf8_lossy(&c.stdout), "42 /env\n");
+    let c = ok(&daemon, &job(TINY, &["vivtiny"])).await;
+    assert!(c.packages.unwrap().from_cache);
+}
