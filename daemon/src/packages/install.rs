@@ -715,6 +715,124 @@ mod tests {
         }
     }
 
+    fn active(section: PackagesSection) -> ActiveProfile {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../profiles");
+        let mut profile = crate::profile::load_dir(&dir)
+            .unwrap()
+            .into_iter()
+            .find(|p| p.name == "default")
+            .unwrap();
+        profile.file.packages = section;
+        ActiveProfile {
+            profile,
+            disabled: None,
+            seccomp: vec![vec![(6, 0, 0, 0x7fff_0000)]],
+            seccomp_filters: 1,
+            not_enforced: vec![],
+        }
+    }
+
+    fn req(name: &str) -> Req {
+        Req {
+            name: name.into(),
+            text: name.into(),
+        }
+    }
+
+    #[test]
+    fn a_wheelhouse_install_has_no_network_and_writes_only_its_environment() {
+        let a = active(PackagesSection {
+            enabled: true,
+            find_links: Some("/srv/wheels".into()),
+            max_env_bytes: 64 << 20,
+            ..Default::default()
+        });
+        let build = Path::new("/var/cache/x/build/abc");
+        let uv = Path::new("/opt/vivarium/uv/bin/uv");
+        let s = &a.profile.file.packages;
+        let plan = install_plan(9, &a, uv, s, &[req("numpy")], build, false).unwrap();
+        assert!(!plan.host_network);
+        assert!(plan.landlock.tcp_connect.is_empty());
+        assert_eq!(plan.seccomp, a.seccomp, "the profile's no-network filters");
+        assert_eq!(plan.own_dirs, vec![build.join("env")]);
+        assert!(plan.mounts.contains(&MountStep::BindRw {
+            source: build.join("env"),
+            path: ENV_PATH.into()
+        }));
+        assert!(plan.mounts.contains(&MountStep::BindRo {
+            source: "/opt/vivarium/uv/bin".into(),
+            path: UV_DIR.into()
+        }));
+        assert!(plan.mounts.contains(&MountStep::BindRo {
+            source: "/srv/wheels".into(),
+            path: WHEELHOUSE.into()
+        }));
+        // Writable: the job tmpfs mounts and /env, nothing else; executable: the binds
+        // and /uv, never /env.
+        assert_eq!(
+            plan.landlock.write_dirs,
+            ["/work", "/tmp", "/dev/shm", ENV_PATH].map(PathBuf::from)
+        );
+        assert!(plan.landlock.exec_dirs.contains(&PathBuf::from(UV_DIR)));
+        assert!(!plan.landlock.exec_dirs.contains(&PathBuf::from(ENV_PATH)));
+        let tmp = plan.mounts.iter().find_map(|m| match m {
+            MountStep::Tmpfs { path, size, .. } if path == Path::new("/tmp") => Some(*size),
+            _ => None,
+        });
+        assert_eq!(
+            tmp,
+            Some(64 << 20),
+            "uv's cache is bounded by max_env_bytes"
+        );
+        assert_eq!(plan.wall_ms, s.install_timeout_ms);
+        assert!(plan.env.contains(&("UV_NO_CONFIG".into(), "1".into())));
+        let cfg: serde_json::Value = serde_json::from_str(plan.argv.last().unwrap()).unwrap();
+        assert_eq!(cfg["uv"], "/uv/uv");
+        assert_eq!(cfg["find_links"], WHEELHOUSE);
+        assert!(cfg["index_url"].is_null());
+    }
+
+    #[test]
+    fn an_index_install_may_connect_to_the_index_port_and_dns_only() {
+        let a = active(PackagesSection {
+            enabled: true,
+            index_url: Some("https://pypi.example:8443/simple".into()),
+            ..Default::default()
+        });
+        let s = &a.profile.file.packages;
+        let uv = Path::new("/opt/vivarium/uv/bin/uv");
+        let plan = install_plan(9, &a, uv, s, &[req("numpy")], Path::new("/c/b"), false).unwrap();
+        assert!(plan.host_network);
+        assert_eq!(plan.landlock.tcp_connect, vec![8443, 53]);
+        assert_ne!(plan.seccomp, a.seccomp, "the inet variant of the policy");
+        // A kernel without Landlock TCP rules is refused, never run unconfined.
+        let e = check_enforceable(&a, 3).unwrap_err();
+        assert_eq!(e.code, ErrorCode::PackageNotAllowed);
+        assert!(check_enforceable(&a, 4).is_ok());
+        let off = active(PackagesSection::default());
+        assert_eq!(
+            check_enforceable(&off, 7).unwrap_err().code,
+            ErrorCode::PackageNotAllowed
+        );
+    }
+
+    #[test]
+    fn a_job_with_an_environment_runs_its_python_from_env_read_only() {
+        let a = active(PackagesSection::default());
+        let limits = a.profile.job_limits(&Default::default()).unwrap();
+        let mut plan = plan::build(1, &a.profile, &limits, &[], vec![], false);
+        use_env(&mut plan, Path::new("/c/envs/k/env"));
+        assert_eq!(plan.interpreter, PathBuf::from("/env/bin/python"));
+        assert_eq!(plan.argv[0], "/env/bin/python");
+        assert_eq!(&plan.argv[1..3], ["-I", "-u"]);
+        assert!(plan.mounts.contains(&MountStep::BindRo {
+            source: "/c/envs/k/env".into(),
+            path: ENV_PATH.into()
+        }));
+        assert!(!plan.landlock.write_dirs.contains(&PathBuf::from(ENV_PATH)));
+        assert!(!plan.host_network && plan.landlock.tcp_connect.is_empty());
+    }
+
     #[test]
     fn uv_errors_are_classified() {
         let s = section();

@@ -161,3 +161,56 @@ pub fn disk_usage(dir: &Path) -> std::io::Result<u64> {
     }
     Ok(total)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn section_validation() {
+        let ok = |s: PackagesSection| s.validate();
+        assert!(ok(PackagesSection::default()).is_ok());
+        let field = |s: PackagesSection| s.validate().unwrap_err().0;
+        assert_eq!(
+            field(PackagesSection {
+                enabled: true,
+                ..Default::default()
+            }),
+            "packages.enabled"
+        );
+        for bad in [
+            "ftp://x/simple",
+            "pypi.org/simple",
+            "https:///simple",
+            "not a url",
+        ] {
+            let s = PackagesSection {
+                index_url: Some(bad.into()),
+                ..Default::default()
+            };
+            assert_eq!(field(s), "packages.index_url", "{bad}");
+        }
+        let s = PackagesSection {
+            find_links: Some("wheels".into()),
+            ..Default::default()
+        };
+        assert_eq!(field(s), "packages.find_links");
+        let s = PackagesSection {
+            max_env_bytes: 10,
+            ..Default::default()
+        };
+        assert_eq!(field(s), "packages.max_env_bytes");
+        let s = PackagesSection {
+            install_timeout_ms: 0,
+            ..Default::default()
+        };
+        assert_eq!(field(s), "packages.install_timeout_ms");
+    }
+
+    #[test]
+    fn index_ports() {
+        assert_eq!(index_port("https://pypi.org/simple"), Ok(443));
+        assert_eq!(index_port("http://127.0.0.1:9/simple"), Ok(9));
+        assert_eq!(index_port("http://mirror.local/simple"), Ok(80));
+    }
+}
