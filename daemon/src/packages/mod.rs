@@ -170,7 +170,11 @@ mod tests {
     fn section_validation() {
         let ok = |s: PackagesSection| s.validate();
         assert!(ok(PackagesSection::default()).is_ok());
-        let field = |s: PackagesSection| s.validate().unwrap_err().0;
+        #[track_caller]
+        fn field(s: PackagesSection) -> &'static str {
+            let dbg = format!("{s:?}");
+            s.validate().expect_err(&dbg).0
+        }
         assert_eq!(
             field(PackagesSection {
                 enabled: true,
@@ -181,7 +185,7 @@ mod tests {
         for bad in [
             "ftp://x/simple",
             "pypi.org/simple",
-            "https:///simple",
+            "file:///srv/simple",
             "not a url",
         ] {
             let s = PackagesSection {
