@@ -44,4 +44,11 @@ with open(env + "/pyvenv.cfg") as f:
         key, _, value = line.partition("=")
         if key.strip() in ("version_info", "version"):
             version = value.strip()
-print(json.dumps({"resolved": [l for l in frozen.splitlines() if "==" in l], "python_version": version}))
+import platform, sysconfig
+
+libc = " ".join(platform.libc_ver())
+print(json.dumps({
+    "resolved": [l for l in frozen.splitlines() if "==" in l],
+    "python_version": version,
+    "platform": f"{sysconfig.get_platform()} {libc}".strip(),
+}))

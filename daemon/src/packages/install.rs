@@ -98,6 +98,9 @@ impl Manager {
         let doc = serde_json::json!({
             "uv": self.uv_version,
             "python": p.python.interpreter,
+            // The interpreter's identity, so that an upgrade in place (same path, e.g.
+            // /usr/bin/python3 moving to another minor version) misses the old entries.
+            "python_file": interpreter_identity(&p.python.interpreter),
             "arch": std::env::consts::ARCH,
             "index": p.packages.index_url,
             "find_links": p.packages.find_links,
@@ -303,6 +306,7 @@ impl Manager {
         struct Done {
             resolved: Vec<String>,
             python_version: String,
+            platform: String,
         }
         let text = String::from_utf8_lossy(&stdout);
         let done: Done = text
@@ -318,7 +322,27 @@ impl Manager {
             })?;
         let mut resolved = done.resolved;
         resolved.sort();
-        Ok((resolved, done.python_version))
+        // The entry key covers the wheel platform too (e.g. `linux-x86_64 glibc 2.36`).
+        Ok((
+            resolved,
+            format!("{} ({})", done.python_version, done.platform),
+        ))
+    }
+}
+
+/// Where an interpreter path leads, and that file's size and modification time.
+fn interpreter_identity(path: &Path) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let real = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned());
+    match std::fs::metadata(&real) {
+        Ok(m) => format!(
+            "{} {} {}.{}",
+            real.display(),
+            m.size(),
+            m.mtime(),
+            m.mtime_nsec()
+        ),
+        Err(_) => real.display().to_string(),
     }
 }
 
