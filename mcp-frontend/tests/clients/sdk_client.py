@@ -348,8 +348,31 @@ def stdin_eof() -> None:
     ok(f"stdin EOF: server exited in {elapsed * 1000:.0f} ms, job killed, stdout was JSON-RPC only")
 
 
+async def packages_session() -> None:
+    async with session("--max-calls-per-minute", "0") as s:
+        tool = await list_and_validate(s)
+        args = {
+            "code": "import vivtiny; print(vivtiny.answer())",
+            "packages": ["vivtiny"],
+            "profile": ARGS.packages_profile,
+        }
+        r = await call(s, args)
+        sc = tool.valid(r)
+        check(r.get("isError") is False and sc["stdout"]["text"] == "42\n", "the package imports", r)
+        check(sc["packages"] == {"resolved": ["vivtiny==1.0"], "from_cache": False}, "packages reported", sc)
+        r = await call(s, args)
+        check(tool.valid(r)["packages"]["from_cache"] is True, "the second run reuses the environment", r)
+        r = await call(s, {**args, "packages": ["nosuchpkg"]})
+        check(r.get("isError") is True and "nosuchpkg" in text_of(r), "an unknown package is a tool error naming it", r)
+        r = await call(s, {"code": "print(1)"})
+        check(tool.valid(r)["packages"] is None, "packages is null without packages", r)
+    ok("packages: install, cached reuse, typed refusal; structuredContent matches outputSchema")
+
+
 async def amain() -> None:
     await main_session()
+    if ARGS.packages_profile:
+        await packages_session()
     await modern_session()
     await limits_sessions()
     await no_daemon_session()
@@ -361,6 +384,7 @@ def main() -> int:
     p.add_argument("--server", required=True)
     p.add_argument("--socket", required=True)
     p.add_argument("--daemon-pid", type=int, required=True)
+    p.add_argument("--packages-profile", help="a profile with a wheelhouse: run the packages checks")
     ARGS = p.parse_args()
     anyio.run(amain)
     stdin_eof()
