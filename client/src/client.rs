@@ -44,6 +44,8 @@ pub struct Collected {
     pub outcome: Outcome,
     pub stdout: Vec<u8>,
     pub stderr: Vec<u8>,
+    /// The job's package environment, if it asked for packages.
+    pub packages: Option<vivarium_proto::PackagesReport>,
 }
 
 impl Client {
@@ -120,6 +122,12 @@ impl Client {
     where
         R: AsyncRead + Unpin + Send + 'c,
     {
+        if !job.packages.is_empty() && self.hello.version < 2 {
+            return Err(ClientError::Protocol(format!(
+                "packages need protocol version 2; the daemon speaks {}",
+                self.hello.version
+            )));
+        }
         self.begin()?;
         let frames = match crate::job::submit_frames(job, stdin.is_some()) {
             Ok(frames) => frames,
@@ -166,17 +174,23 @@ impl Client {
     /// Run `job` with `stdin` (or empty stdin) and collect the outcome and all its output.
     pub async fn run_collect(&mut self, job: &Job, stdin: Option<&[u8]>) -> Result<Collected> {
         let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
-        let outcome = self
-            .run(job, stdin, |stream, bytes| match stream {
-                Stream::Stdout => stdout.extend_from_slice(bytes),
-                Stream::Stderr => stderr.extend_from_slice(bytes),
-            })
-            .await?;
-        Ok(Collected {
-            outcome,
-            stdout,
-            stderr,
-        })
+        let mut handle = self.submit(job, stdin).await?;
+        while let Some(event) = handle.next_event().await? {
+            match event {
+                JobEvent::Output(Stream::Stdout, bytes) => stdout.extend_from_slice(&bytes),
+                JobEvent::Output(Stream::Stderr, bytes) => stderr.extend_from_slice(&bytes),
+                JobEvent::Finished(outcome) => {
+                    return Ok(Collected {
+                        outcome: *outcome,
+                        stdout,
+                        stderr,
+                        packages: handle.packages().cloned(),
+                    })
+                }
+                JobEvent::Queued { .. } | JobEvent::Started { .. } => {}
+            }
+        }
+        Err(ClientError::Protocol("job ended without an outcome".into()))
     }
 
     /// Start a request: refuse if the connection is out of step.
@@ -262,6 +276,7 @@ pub(crate) fn unexpected(wanted: &str, got: &Event) -> ClientError {
         Event::Finished(_) => "Finished",
         Event::Error(_) => "Error",
         Event::Profiles(_) => "Profiles",
+        Event::Packages(_) => "Packages",
     };
     ClientError::Protocol(format!("expected {wanted}, got {kind}"))
 }

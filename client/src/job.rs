@@ -6,7 +6,8 @@ use std::sync::{Arc, Weak};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio_seqpacket::UnixSeqpacket;
 use vivarium_proto::{
-    encode, Code, Event, FrameError, JobSpec, LimitOverrides, Outcome, Request, MAX_PAYLOAD_CHUNK,
+    encode, Code, Event, FrameError, JobSpec, LimitOverrides, Outcome, PackagesReport, Request,
+    SubmitWith, MAX_PAYLOAD_CHUNK,
 };
 
 use crate::client::{recv_event, send, send_frame, unexpected, Client, ConnState};
@@ -27,6 +28,10 @@ pub struct Job {
     pub args: Vec<String>,
     /// Per-job limits; `None` keeps the profile's value, and none may exceed it.
     pub limits: LimitOverrides,
+    /// PyPI packages (PEP 508 requirement strings) to install into the job's
+    /// environment first; needs a protocol-2 daemon and a profile that allows packages.
+    /// A PEP 723 `# /// script` block in the code is read by the daemon as well.
+    pub packages: Vec<String>,
 }
 
 impl Job {
@@ -37,7 +42,14 @@ impl Job {
             code: code.into(),
             args: Vec::new(),
             limits: LimitOverrides::default(),
+            packages: Vec::new(),
         }
+    }
+
+    /// Add a PEP 508 requirement (e.g. `numpy>=2`).
+    pub fn package(mut self, requirement: impl Into<String>) -> Job {
+        self.packages.push(requirement.into());
+        self
     }
 
     pub fn profile(mut self, profile: impl Into<String>) -> Job {
@@ -91,13 +103,21 @@ impl Job {
 pub(crate) fn submit_frames(job: &Job, stdin: bool) -> Result<Vec<Vec<u8>>, FrameError> {
     let code = job.code.as_bytes();
     let spec = |code| {
-        Request::Submit(JobSpec {
+        let spec = JobSpec {
             profile: job.profile.clone(),
             code,
             args: job.args.clone(),
             stdin,
             limits: job.limits.clone(),
-        })
+        };
+        if job.packages.is_empty() {
+            Request::Submit(spec)
+        } else {
+            Request::SubmitWith(Box::new(SubmitWith {
+                spec,
+                packages: job.packages.clone(),
+            }))
+        }
     };
     if code.len() <= INLINE_CODE_MAX {
         match encode(&spec(Code::Inline(code.to_vec()))) {
@@ -158,6 +178,8 @@ pub struct JobHandle<'c> {
     phase: Phase,
     /// True while a `Cancel` would still reach this job; shared with [`Canceller`]s.
     active: Arc<AtomicBool>,
+    /// The job's package environment, once the daemon has reported it.
+    packages: Option<PackagesReport>,
 }
 
 impl<'c> JobHandle<'c> {
@@ -171,7 +193,14 @@ impl<'c> JobHandle<'c> {
             job_id: None,
             phase: Phase::Running,
             active: Arc::new(AtomicBool::new(true)),
+            packages: None,
         }
+    }
+
+    /// The job's package environment (resolved set, whether it came from the cache), if
+    /// it asked for packages; known before `Started`.
+    pub fn packages(&self) -> Option<&PackagesReport> {
+        self.packages.as_ref()
     }
 
     /// The daemon's job id, once `Started` has arrived.
@@ -225,12 +254,19 @@ impl<'c> JobHandle<'c> {
     async fn next_event_inner(&mut self) -> Result<JobEvent> {
         let client = &mut *self.client;
         let event = loop {
-            match self.stdin.as_mut().filter(|p| !p.finished) {
+            let event = match self.stdin.as_mut().filter(|p| !p.finished) {
                 Some(pump) => tokio::select! {
-                    event = recv_event(&client.sock, &mut client.buf) => break event?,
-                    step = pump.step(&client.sock) => step?,
+                    event = recv_event(&client.sock, &mut client.buf) => event?,
+                    step = pump.step(&client.sock) => { step?; continue; }
                 },
-                None => break recv_event(&client.sock, &mut client.buf).await?,
+                None => recv_event(&client.sock, &mut client.buf).await?,
+            };
+            match event {
+                // Reported before `Started`; kept on the handle rather than an event.
+                Event::Packages(report) if self.job_id.is_none() && self.packages.is_none() => {
+                    self.packages = Some(report);
+                }
+                other => break other,
             }
         };
         let started = self.job_id.is_some();

@@ -42,6 +42,13 @@ pub struct Config {
     /// Log lines: `human` (with timestamps), `journald` (no timestamps: the journal adds
     /// its own) or `json` (one object per line).
     pub log_format: LogFormat,
+    /// The `uv` binary used to install job packages (a pinned release, see
+    /// `scripts/install-uv.sh`). Unset: no profile may install packages.
+    pub uv: Option<PathBuf>,
+    /// Where installed package environments are cached (survives restarts).
+    pub package_cache_dir: PathBuf,
+    /// Size cap of that cache; least-recently-used environments are evicted past it.
+    pub package_cache_max_bytes: u64,
 }
 
 /// How log lines are written to stderr.
@@ -76,6 +83,9 @@ impl Default for Config {
             shutdown_grace_ms: 5000,
             idle_exit_secs: 0,
             log_format: LogFormat::Human,
+            uv: None,
+            package_cache_dir: PathBuf::from("/var/cache/vivarium/packages"),
+            package_cache_max_bytes: 8 << 30,
         }
     }
 }
@@ -130,6 +140,11 @@ impl Config {
         check("state_dir", self.state_dir != new.state_dir);
         check("id_base", self.id_base != new.id_base);
         check("log_format", self.log_format != new.log_format);
+        check("uv", self.uv != new.uv);
+        check(
+            "package_cache_dir",
+            self.package_cache_dir != new.package_cache_dir,
+        );
         changed
     }
 

@@ -8,6 +8,7 @@
 pub mod cgroup;
 pub mod config;
 pub mod entry;
+pub mod packages;
 pub mod profile;
 pub mod sandbox;
 pub mod server;

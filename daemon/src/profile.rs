@@ -22,6 +22,9 @@ pub struct ProfileFile {
     pub env: BTreeMap<String, String>,
     #[serde(default)]
     pub warm: WarmSection,
+    /// PyPI packages a job may ask for (`docs/profiles.md`); absent: none.
+    #[serde(default)]
+    pub packages: crate::packages::PackagesSection,
 }
 
 /// The warm path: sandboxes built and interpreters started ahead of time, each of which
@@ -336,6 +339,9 @@ impl Profile {
                 format!("{} is not under any of filesystem.ro_binds", py.display()),
             ));
         }
+        file.packages
+            .validate()
+            .map_err(|(field, problem)| bad(field, problem))?;
         let seccomp_path = dir.join(&s.seccomp);
         Ok(Profile {
             name,

@@ -111,6 +111,7 @@ impl VivariumServer {
             Err(_) => return tool_error(connect_timeout_text(&config.socket)),
         };
         let mut job = Job::new(args.code).profile(profile.clone());
+        job.packages = args.packages.unwrap_or_default();
         if let Some(t) = args.timeout_seconds {
             job = job.wall_ms(tool::timeout_ms(t));
         }
@@ -182,7 +183,13 @@ impl VivariumServer {
             reason = tool::reason_name(outcome.reason),
             "job finished"
         );
-        tool::call_result(&outcome, &stdout, &stderr, config.output_budget)
+        tool::call_result(
+            &outcome,
+            &stdout,
+            &stderr,
+            config.output_budget,
+            handle.packages(),
+        )
     }
 }
 

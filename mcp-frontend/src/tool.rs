@@ -31,6 +31,12 @@ pub struct RunPythonArgs {
     /// Sandbox profile to run under (see the tool description); `default` when omitted.
     #[serde(default)]
     pub profile: Option<String>,
+    /// PyPI packages to install before the run, as PEP 508 requirements (e.g.
+    /// `["numpy", "pandas>=2"]`); wheels only. A `# /// script` block (PEP 723) in the code
+    /// is read too. The first use of a set installs it (seconds); later runs reuse the
+    /// cached environment. The profile must allow packages.
+    #[serde(default)]
+    pub packages: Option<Vec<String>>,
 }
 
 /// What `run_python` returns (`structuredContent`).
@@ -56,6 +62,18 @@ pub struct RunPythonResult {
     pub limits_hit: Vec<String>,
     /// The profile the job ran under.
     pub profile: String,
+    /// The installed packages when the job asked for any (else null).
+    pub packages: Option<PackagesResult>,
+}
+
+/// The job's package environment.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+pub struct PackagesResult {
+    /// Every installed distribution as `name==version`.
+    pub resolved: Vec<String>,
+    /// Whether the environment came from the cache (no install ran).
+    pub from_cache: bool,
 }
 
 pub fn reason_name(reason: Reason) -> &'static str {
@@ -200,12 +218,14 @@ pub fn description(usable: &[&ProfileInfo], default_profile: &str) -> String {
     format!(
         "Run a Python 3.11 script in a fresh, disposable Linux sandbox and return its exit \
          code, stdout, stderr and resource use. Each call starts clean: {network}, no state \
-         between calls, writable /work and /tmp only, standard library only (no pip); \
+         between calls, writable /work and /tmp only, no pip; PyPI packages (wheels) can be named in \
+         `packages` when the daemon's profile allows them (installed once, then cached); \
          {limits}. A Python exception or a limit hit is reported as an error with the \
          traceback or the reason.\n\
          Examples: {{\"code\": \"print(sum(range(10)))\"}}; \
          {{\"code\": \"import sys; print(sys.stdin.read().upper())\", \"stdin\": \"hi\"}}; \
-         {{\"code\": \"import time; time.sleep(5)\", \"timeout_seconds\": 2}}"
+         {{\"code\": \"import time; time.sleep(5)\", \"timeout_seconds\": 2}}; \
+         {{\"code\": \"import numpy; print(numpy.eye(2))\", \"packages\": [\"numpy\"]}}"
     )
 }
 
@@ -215,6 +235,7 @@ pub fn result_of(
     stdout: &[u8],
     stderr: &[u8],
     budget: usize,
+    packages: Option<&vivarium_proto::PackagesReport>,
 ) -> RunPythonResult {
     RunPythonResult {
         exit_code: match outcome.exit {
@@ -234,6 +255,10 @@ pub fn result_of(
             .map(String::from)
             .collect(),
         profile: outcome.profile.clone(),
+        packages: packages.map(|p| PackagesResult {
+            resolved: p.resolved.clone(),
+            from_cache: p.from_cache,
+        }),
     }
 }
 
@@ -244,8 +269,9 @@ pub fn call_result(
     stdout: &[u8],
     stderr: &[u8],
     budget: usize,
+    packages: Option<&vivarium_proto::PackagesReport>,
 ) -> CallToolResult {
-    let result = result_of(outcome, stdout, stderr, budget);
+    let result = result_of(outcome, stdout, stderr, budget, packages);
     let value = serde_json::to_value(&result).expect("the result serializes");
     if outcome.reason == Reason::Ok {
         return CallToolResult::structured(value);
@@ -437,7 +463,13 @@ mod tests {
 
     #[test]
     fn ok_result_is_structured() {
-        let r = call_result(&outcome(Reason::Ok, ExitStatus::Code(0)), b"1\n", b"", 100);
+        let r = call_result(
+            &outcome(Reason::Ok, ExitStatus::Code(0)),
+            b"1\n",
+            b"",
+            100,
+            None,
+        );
         assert_eq!(r.is_error, Some(false));
         let s = r.structured_content.unwrap();
         assert_eq!(s["exit_code"], 0);
@@ -454,6 +486,7 @@ mod tests {
             b"",
             stderr,
             1000,
+            None,
         );
         assert_eq!(r.is_error, Some(true));
         assert!(r.structured_content.is_some());
@@ -467,7 +500,7 @@ mod tests {
     fn timeout_is_an_error_with_the_reason() {
         let mut o = outcome(Reason::Timeout, ExitStatus::Signal(9));
         o.limits_hit = vec![vivarium_proto::LimitKind::Wall];
-        let r = call_result(&o, b"", b"", 100);
+        let r = call_result(&o, b"", b"", 100, None);
         assert_eq!(r.is_error, Some(true));
         let s = r.structured_content.clone().unwrap();
         assert_eq!(s["exit_code"], serde_json::Value::Null);

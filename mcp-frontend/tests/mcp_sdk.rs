@@ -56,6 +56,57 @@ fn sdk_python() -> Option<PathBuf> {
     has_sdk.then_some(python)
 }
 
+/// The pinned uv (`scripts/install-uv.sh`): `$VIVARIUM_UV`, else /opt/vivarium/uv.
+fn uv() -> Option<PathBuf> {
+    let path = std::env::var_os("VIVARIUM_UV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/opt/vivarium/uv/bin/uv"));
+    path.is_file().then_some(path)
+}
+
+/// The repository's profiles in `dir/profiles`, plus, when uv is there, a `packages`
+/// profile (the default one with a hand-built wheelhouse and no index) and the config
+/// lines that enable packages. Returns those lines.
+fn packages_setup(dir: &Path) -> Option<String> {
+    let profiles = dir.join("profiles");
+    let copy = Command::new("cp")
+        .arg("-r")
+        .arg(workspace_dir().join("profiles"))
+        .arg(&profiles)
+        .status()
+        .expect("cp profiles");
+    assert!(copy.success(), "cannot copy the profiles");
+    let Some(uv) = uv() else {
+        skip_or_fail(
+            "VIVARIUM_REQUIRE_ROOT",
+            "no uv (scripts/install-uv.sh): the packages checks do not run",
+        );
+        return None;
+    };
+    let wheelhouse = dir.join("wheelhouse");
+    let made = Command::new("/usr/bin/python3")
+        .arg(workspace_dir().join("tests/packages/make_wheelhouse.py"))
+        .arg(&wheelhouse)
+        .status()
+        .expect("make_wheelhouse.py");
+    assert!(made.success(), "make_wheelhouse.py failed");
+    let default = std::fs::read_to_string(profiles.join("default.toml")).expect("default.toml");
+    let offline = default.replace(
+        "index_url = \"https://pypi.org/simple\"",
+        &format!("find_links = {:?}", wheelhouse.display().to_string()),
+    );
+    assert_ne!(
+        offline, default,
+        "default.toml has no index_url line to replace"
+    );
+    std::fs::write(profiles.join("packages.toml"), offline).expect("write profile");
+    Some(format!(
+        "uv = {:?}\npackage_cache_dir = {:?}\n",
+        uv.display().to_string(),
+        dir.join("cache").display().to_string()
+    ))
+}
+
 /// A `vivariumd` on a temporary config; SIGTERM (then SIGKILL) on drop.
 struct Daemon {
     child: Child,
@@ -94,9 +145,13 @@ impl Daemon {
              state_dir = {state:?}\n\
              id_base = {id_base}\n",
             socket = socket.display().to_string(),
-            profiles = workspace_dir().join("profiles").display().to_string(),
+            profiles = dir.path().join("profiles").display().to_string(),
             state = dir.path().join("state").display().to_string(),
         );
+        let mut config = config;
+        if let Some(extra) = packages_setup(dir.path()) {
+            config.push_str(&extra);
+        }
         let config_path = dir.path().join("vivariumd.toml");
         std::fs::write(&config_path, config).expect("write config");
         let log = std::fs::File::create(dir.path().join("vivariumd.log")).expect("log file");
@@ -190,6 +245,16 @@ fn python_sdk_drives_the_server() {
         .arg(&daemon.socket)
         .arg("--daemon-pid")
         .arg(daemon.child.id().to_string())
+        .args(
+            daemon
+                .dir
+                .path()
+                .join("profiles/packages.toml")
+                .exists()
+                .then_some(["--packages-profile", "packages"])
+                .into_iter()
+                .flatten(),
+        )
         .env_remove("VIVARIUM_SOCKET")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

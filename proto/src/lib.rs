@@ -17,7 +17,12 @@ pub use frame::{decode, encode, FrameError, MAX_FRAME, MAX_PAYLOAD_CHUNK};
 pub use types::*;
 
 /// The protocol version this build speaks. Bump on any change to a wire struct.
-pub const PROTOCOL_VERSION: u32 = 1;
+///
+/// 2 added `Request::SubmitWith`, `Event::Packages` and the package error codes (all
+/// appended; no existing struct changed), and PEP 723 inline metadata is read from the
+/// code of jobs submitted on a version-2 connection. Version-1 peers are still served
+/// exactly as before.
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// The oldest protocol version this build still speaks.
 pub const MIN_PROTOCOL_VERSION: u32 = 1;
@@ -36,6 +41,8 @@ mod tests {
     #[test]
     fn negotiation_picks_highest_common_version() {
         assert_eq!(negotiate(1, 1), Some(1));
+        assert_eq!(negotiate(1, 2), Some(2));
+        assert_eq!(negotiate(2, 2), Some(2));
         assert_eq!(negotiate(1, 99), Some(PROTOCOL_VERSION));
         assert_eq!(negotiate(PROTOCOL_VERSION + 1, PROTOCOL_VERSION + 5), None);
         assert_eq!(negotiate(0, 0), None);

@@ -21,6 +21,18 @@ pub enum Request {
     Cancel,
     /// Ask which profiles exist and whether each can be enforced here.
     ListProfiles,
+    /// Protocol 2+: submit a job that names PyPI packages to install into its
+    /// environment first (PEP 508 requirement strings). A plain `Submit` on a version-2
+    /// connection still reads PEP 723 inline metadata from the code.
+    SubmitWith(Box<SubmitWith>),
+}
+
+/// A job plus the packages it needs (protocol 2+).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubmitWith {
+    pub spec: JobSpec,
+    /// PEP 508 requirement strings, e.g. `numpy>=2`; added to any PEP 723 block.
+    pub packages: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -83,6 +95,24 @@ pub enum Event {
     /// The request was refused. For a submitted job this ends it.
     Error(WireError),
     Profiles(Vec<ProfileInfo>),
+    /// Protocol 2+: the job's package environment is ready (sent before `Started`, only
+    /// for a job that asked for packages).
+    Packages(PackagesReport),
+}
+
+/// The environment a job's packages were installed into.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PackagesReport {
+    /// The requirements as asked (explicit ones first, then PEP 723), normalized.
+    pub requested: Vec<String>,
+    /// Every installed distribution as `name==version`, sorted by name.
+    pub resolved: Vec<String>,
+    /// The environment already existed (no install ran for this job).
+    pub from_cache: bool,
+    /// Time spent resolving and installing (0 on a cache hit).
+    pub install_ms: u64,
+    /// The environment's size on disk.
+    pub env_bytes: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -122,6 +152,25 @@ pub enum ErrorCode {
     ShuttingDown,
     /// The script (or its arguments) exceeds the size limit.
     CodeTooLarge,
+    /// Protocol 2+: a requirement string or the PEP 723 block is invalid.
+    InvalidRequirement,
+    /// Protocol 2+: the profile allows no packages, or not this project (allow/deny).
+    PackageNotAllowed,
+    /// Protocol 2+: no such project (or no version matching) on the index/wheelhouse.
+    PackageNotFound,
+    /// Protocol 2+: the project has no wheel for this platform (sdist only); sdists are
+    /// never built.
+    NoCompatibleWheel,
+    /// Protocol 2+: the requirements conflict.
+    ResolutionConflict,
+    /// Protocol 2+: the package index could not be reached.
+    IndexUnreachable,
+    /// Protocol 2+: the environment exceeds the profile's `max_env_bytes`.
+    EnvironmentTooLarge,
+    /// Protocol 2+: the install ran past the profile's `install_timeout_ms`.
+    InstallTimeout,
+    /// Protocol 2+: the install failed for another reason (the message says why).
+    InstallFailed,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -77,6 +77,12 @@ pub struct RunArgs {
     #[arg(long, value_name = "SIZE", value_parser = parse::parse_size)]
     output: Option<u64>,
 
+    /// Install this PyPI package (a PEP 508 requirement, e.g. `numpy>=2`) into the job's
+    /// environment first; repeatable. A `# /// script` block (PEP 723) in the code is
+    /// read as well. The profile must allow packages.
+    #[arg(long = "with", value_name = "REQUIREMENT")]
+    with: Vec<String>,
+
     /// Print the outcome, with stdout and stderr as strings, as one JSON object at the end
     /// instead of streaming the output.
     #[arg(long)]

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::signal::unix::{signal, SignalKind};
-use vivarium_client::proto::{ErrorCode, Reason};
+use vivarium_client::proto::{ErrorCode, PackagesReport, Reason};
 use vivarium_client::{
     exit_code_for, is_abnormal, summary_line, verbose_report, Client, ClientError, Job, JobEvent,
     Outcome, Stream, EXIT_CANCELLED, EXIT_REFUSED,
@@ -58,6 +58,9 @@ pub(crate) fn code_to_string(name: &str, bytes: Vec<u8>) -> Result<String, Strin
 struct JsonRun<'a> {
     #[serde(flatten)]
     outcome: &'a Outcome,
+    /// The job's package environment, when it asked for packages.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    packages: Option<&'a PackagesReport>,
     exit_code: i32,
     stdout: String,
     stderr: String,
@@ -158,10 +161,11 @@ async fn run_inner(socket: &Path, args: RunArgs, verbose: bool) -> Result<i32, F
     job.limits.memory_bytes = args.memory;
     job.limits.pids = args.pids;
     job.limits.output_bytes = args.output;
+    job.packages = args.with;
 
     let mut client = Client::connect(socket).await?;
     let mut sink = Sink::new(args.json);
-    let outcome = drive(&mut client, &job, stdin, &mut sink, verbose).await?;
+    let (outcome, packages) = drive(&mut client, &job, stdin, &mut sink, verbose).await?;
 
     if sink.stdout_closed && outcome.reason == Reason::Cancelled {
         // We stopped the job because our reader went away: exit as a process killed by
@@ -172,6 +176,7 @@ async fn run_inner(socket: &Path, args: RunArgs, verbose: bool) -> Result<i32, F
     if args.json {
         print_json(&JsonRun {
             outcome: &outcome,
+            packages: packages.as_ref(),
             exit_code: code,
             stdout: String::from_utf8_lossy(&sink.stdout).into_owned(),
             stderr: String::from_utf8_lossy(&sink.stderr).into_owned(),
@@ -180,6 +185,23 @@ async fn run_inner(socket: &Path, args: RunArgs, verbose: bool) -> Result<i32, F
         eprintln!("viv: {}", summary_line(&outcome));
     }
     if verbose {
+        if let Some(p) = &packages {
+            eprintln!(
+                "viv: packages: {} ({}, {} bytes{})",
+                p.resolved.join(" "),
+                if p.from_cache {
+                    "cached environment"
+                } else {
+                    "installed now"
+                },
+                p.env_bytes,
+                if p.from_cache {
+                    String::new()
+                } else {
+                    format!(", {} ms", p.install_ms)
+                }
+            );
+        }
         eprint!("{}", verbose_report(&outcome));
     }
     Ok(code)
@@ -193,7 +215,7 @@ async fn drive(
     stdin: Option<Box<dyn AsyncRead + Unpin + Send>>,
     sink: &mut Sink,
     verbose: bool,
-) -> Result<Outcome, Failure> {
+) -> Result<(Outcome, Option<PackagesReport>), Failure> {
     let mut sigint = signal(SignalKind::interrupt())
         .map_err(|e| Failure::Local(format!("cannot handle ctrl-c: {e}")))?;
     let mut handle = client.submit(job, stdin).await?;
@@ -228,7 +250,9 @@ async fn drive(
                     handle.cancel().await?;
                 }
             }
-            Some(JobEvent::Finished(outcome)) => return Ok(*outcome),
+            Some(JobEvent::Finished(outcome)) => {
+                return Ok((*outcome, handle.packages().cloned()));
+            }
             None => return Err(ClientError::Protocol("job ended without an outcome".into()).into()),
         }
     }
@@ -336,6 +360,7 @@ mod tests {
         };
         let value = serde_json::to_value(JsonRun {
             outcome: &outcome,
+            packages: None,
             exit_code: 0,
             stdout: "hi\n".into(),
             stderr: String::new(),

@@ -4,7 +4,7 @@
 use super::plan::LandlockPlan;
 use super::SetupError;
 use landlock::{
-    Access, AccessFs, AccessNet, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset,
+    Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, PathBeneath, PathFd, Ruleset,
     RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
 };
 use vivarium_proto::LandlockStatus;
@@ -74,6 +74,13 @@ pub fn apply(plan: &LandlockPlan, kernel_abi: u32) -> Result<LandlockStatus, Set
         created = created
             .add_rule(rule(file, AccessFs::ReadFile | AccessFs::WriteFile)?)
             .map_err(|e| err("landlock-rule", e))?;
+    }
+    // A package install from an index: TCP connect to these ports only (the server
+    // refuses such an install on a kernel below ABI 4, where this could not hold).
+    for port in &plan.tcp_connect {
+        created = created
+            .add_rule(NetPort::new(*port, AccessNet::ConnectTcp))
+            .map_err(|e| err("landlock-net-rule", e))?;
     }
     let status = created
         .restrict_self()

@@ -143,6 +143,26 @@ pub fn populate(steps: &[MountStep], owner: (u32, u32)) -> Result<(), SetupError
                 }
                 bind_ro(source, &target, MsFlags::MS_NODEV)?;
             }
+            MountStep::BindRw { source, path } => {
+                let target = at(new_root, path);
+                mkdir_p(&target)?;
+                mount(
+                    Some(source.as_path()),
+                    &target,
+                    NONE,
+                    MsFlags::MS_BIND,
+                    NONE,
+                )
+                .map_err(|e| SetupError::nix("bind-rw", &target, e))?;
+                let flags = MsFlags::MS_REMOUNT
+                    | MsFlags::MS_BIND
+                    | MsFlags::MS_NOSUID
+                    | MsFlags::MS_NODEV
+                    | MsFlags::MS_NOEXEC
+                    | locked_flags(source)?;
+                mount(NONE, &target, NONE, flags, NONE)
+                    .map_err(|e| SetupError::nix("remount-rw", &target, e))?;
+            }
             MountStep::Symlink { link, path } => {
                 let target = at(new_root, path);
                 if let Some(parent) = target.parent() {

@@ -24,6 +24,10 @@ pub enum MountStep {
     },
     /// A read-only bind of a host path at `path`.
     BindRo { source: PathBuf, path: PathBuf },
+    /// A writable bind of a host directory at `path` (nosuid, nodev, noexec): only a
+    /// package install's build directory, owned by the payload's host ids
+    /// (`JobPlan::own_dirs`).
+    BindRw { source: PathBuf, path: PathBuf },
     /// A symlink (recreating a host symlink such as `/bin -> usr/bin`).
     Symlink { link: PathBuf, path: PathBuf },
     /// A regular file with fixed contents on the (read-only) root.
@@ -68,6 +72,10 @@ pub struct LandlockPlan {
     pub write_dirs: Vec<PathBuf>,
     /// Read and write (not create) on these files.
     pub write_files: Vec<PathBuf>,
+    /// TCP ports the payload may connect to (package installs from an index only;
+    /// needs ABI 4). Empty: every TCP connect and bind is denied.
+    #[serde(default)]
+    pub tcp_connect: Vec<u16>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -100,6 +108,14 @@ pub struct JobPlan {
     /// A warm sandbox: the interpreter starts now and waits for its job on stdin; the
     /// deadlines start when the spawner is told the job has been delivered (`Arm`).
     pub warm: bool,
+    /// Share the host's network namespace instead of a fresh empty one (package
+    /// installs from an index only; Landlock then limits TCP to `tcp_connect`).
+    #[serde(default)]
+    pub host_network: bool,
+    /// Host directories the spawner chowns to the payload's host uid/gid before the
+    /// clone (a package install's build directory, bound with `BindRw`).
+    #[serde(default)]
+    pub own_dirs: Vec<PathBuf>,
 }
 
 /// The warm sandbox's `-c` program: read one job from stdin (the header of
@@ -270,6 +286,7 @@ pub fn build(
             exec_dirs: exec_dirs(&mounts),
             write_dirs: vec!["/work".into(), "/tmp".into(), "/dev/shm".into()],
             write_files: vec!["/dev/null".into(), "/dev/zero".into(), "/dev/full".into()],
+            tcp_connect: Vec::new(),
         },
         mounts,
         interpreter: py.interpreter.clone(),
@@ -291,6 +308,8 @@ pub fn build(
         wall_ms: limits.wall_ms,
         cpu_ms: limits.cpu_ms,
         warm: false,
+        host_network: false,
+        own_dirs: Vec::new(),
     }
 }
 
@@ -402,6 +421,7 @@ mod tests {
                 exec_dirs: vec!["/usr".into(), "/etc/ssl".into(), "/etc/python3.11".into()],
                 write_dirs: vec!["/work".into(), "/tmp".into(), "/dev/shm".into()],
                 write_files: vec!["/dev/null".into(), "/dev/zero".into(), "/dev/full".into()],
+                tcp_connect: vec![],
             }
         );
     }

@@ -60,8 +60,48 @@ struct Running {
 }
 
 /// A job whose code is still arriving in chunks.
+/// What a submission asks for in packages, before checking.
+struct PackageAsk {
+    explicit: Vec<String>,
+    /// Read the code's PEP 723 `script` block (protocol 2+).
+    inline: bool,
+}
+
+impl PackageAsk {
+    fn check(
+        &self,
+        active: &super::ActiveProfile,
+        code: &[u8],
+    ) -> Result<Vec<crate::packages::spec::Req>, crate::packages::PackageError> {
+        use crate::packages::spec;
+        let inline = if self.inline {
+            spec::inline_metadata(&String::from_utf8_lossy(code))?
+        } else {
+            None
+        };
+        if self.explicit.is_empty() && inline.as_ref().is_none_or(|d| d.is_empty()) {
+            return Ok(Vec::new());
+        }
+        let section = &active.profile.file.packages;
+        let policy = spec::NamePolicy {
+            allow: &section.allow,
+            deny: &section.deny,
+        };
+        let reqs = spec::requirements(&self.explicit, inline.as_deref(), &policy)?;
+        if !section.enabled {
+            return Err(crate::packages::PackageError::new(
+                ErrorCode::PackageNotAllowed,
+                None,
+                format!("profile {:?} does not allow packages", active.profile.name),
+            ));
+        }
+        Ok(reqs)
+    }
+}
+
 struct Receiving {
     spec: JobSpec,
+    ask: PackageAsk,
     code: Vec<u8>,
     len: usize,
     /// Cancelled before the code was complete: the rest is read and dropped.
@@ -185,7 +225,35 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket) {
                 let infos = daemon.live().profiles.values().map(|p| p.info()).collect();
                 send(&sock, &Event::Profiles(infos)).await;
             }
-            (Request::Submit(spec), Some(_)) => {
+            (Request::SubmitWith(w), Some(1)) => {
+                let _ = w;
+                send_error(
+                    &sock,
+                    ErrorCode::UnexpectedMessage,
+                    "SubmitWith needs protocol version 2",
+                )
+                .await;
+            }
+            (submit @ (Request::Submit(_) | Request::SubmitWith(_)), Some(v)) => {
+                let (spec, ask) = match submit {
+                    Request::SubmitWith(w) => (
+                        w.spec,
+                        PackageAsk {
+                            explicit: w.packages,
+                            inline: true,
+                        },
+                    ),
+                    Request::Submit(spec) => (
+                        spec,
+                        PackageAsk {
+                            explicit: Vec::new(),
+                            // PEP 723 blocks are read for version-2 clients only: a
+                            // version-1 client's job runs exactly as it always did.
+                            inline: v >= 2,
+                        },
+                    ),
+                    _ => unreachable!("matched above"),
+                };
                 if let Some(r) = running.take_if(|r| r.over.load(Ordering::SeqCst)) {
                     let _ = r.done.await;
                 }
@@ -201,7 +269,7 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket) {
                 match spec.code {
                     Code::Inline(ref code) => {
                         let code = code.clone();
-                        running = start(&daemon, &sock, &peer, spec, code).await;
+                        running = start(&daemon, &sock, &peer, spec, code, ask).await;
                     }
                     Code::Chunked { len } => {
                         let max_code_bytes = daemon.live().config.max_code_bytes;
@@ -220,6 +288,7 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket) {
                         }
                         receiving = Some(Receiving {
                             spec,
+                            ask,
                             code: Vec::new(),
                             len: len as usize,
                             cancelled: false,
@@ -257,7 +326,7 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket) {
                     );
                     send(&sock, &Event::Finished(Box::new(outcome))).await;
                 } else if r.code.len() == r.len {
-                    running = start(&daemon, &sock, &peer, r.spec, r.code).await;
+                    running = start(&daemon, &sock, &peer, r.spec, r.code, r.ask).await;
                 } else {
                     receiving = Some(r);
                 }
@@ -315,6 +384,7 @@ async fn start(
     peer: &Peer,
     spec: JobSpec,
     code: Vec<u8>,
+    ask: PackageAsk,
 ) -> Option<Running> {
     let refuse = |code: ErrorCode, msg: String| async move {
         send_error(sock, code, msg).await;
@@ -377,6 +447,10 @@ async fn start(
         )
         .await;
     }
+    let packages = match ask.check(&active, &code) {
+        Ok(p) => p,
+        Err(e) => return refuse(e.code, e.message).await,
+    };
     let cancel = Arc::new(Notify::new());
     let (stdin_tx, stdin_rx) = if spec.stdin {
         let (tx, rx) = mpsc::unbounded_channel();
@@ -391,6 +465,7 @@ async fn start(
         limits,
         uid: peer.uid,
         active,
+        packages,
     };
     let over = Arc::new(AtomicBool::new(false));
     let done = tokio::spawn(job::run(

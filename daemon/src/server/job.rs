@@ -27,6 +27,8 @@ pub struct JobRequest {
     pub uid: u32,
     /// The profile as activated when the job was submitted (a reload does not change it).
     pub active: Arc<ActiveProfile>,
+    /// Checked requirements (explicit and PEP 723); empty: no package environment.
+    pub packages: Vec<crate::packages::spec::Req>,
 }
 
 pub async fn run(
@@ -84,7 +86,26 @@ pub async fn run(
                 }
             }
         };
-        let result = execute(&daemon, &sock, job_id, &req, stdin, &cancel, permit).await;
+        // The install phase, holding the job's slot: its own sandbox, before the run.
+        let env = if req.packages.is_empty() {
+            None
+        } else {
+            match crate::packages::install::for_job(&daemon, &req.active, &req.packages, &cancel).await {
+                Ok(ready) => {
+                    send(&sock, &Event::Packages(ready.report())).await;
+                    Some(ready)
+                }
+                Err(e) => {
+                    over.store(true, Ordering::SeqCst);
+                    tracing::info!(code = ?e.code, package = ?e.package, error = %e.message, "packages refused");
+                    send_error(&sock, e.code, e.message).await;
+                    return;
+                }
+            }
+        };
+        let env_dir = env.as_ref().map(|r| r.entry.env());
+        let result = execute(&daemon, &sock, job_id, &req, stdin, &cancel, permit, env_dir.as_deref()).await;
+        drop(env);
         over.store(true, Ordering::SeqCst);
         daemon.warm.nudge();
         match result {
@@ -108,7 +129,7 @@ fn pipe() -> Result<(OwnedFd, OwnedFd), String> {
 
 /// The script in a sealed memfd: the spawner and the job's init can read it but
 /// nobody can change it.
-pub(super) fn code_memfd(code: &[u8]) -> Result<OwnedFd, String> {
+pub(crate) fn code_memfd(code: &[u8]) -> Result<OwnedFd, String> {
     use nix::sys::memfd::{memfd_create, MFdFlags};
     use std::io::Write;
     let fd = memfd_create(
@@ -140,6 +161,7 @@ fn receiver(fd: OwnedFd) -> Result<tokio::net::unix::pipe::Receiver, String> {
     tokio::net::unix::pipe::Receiver::from_owned_fd(fd).map_err(|e| format!("pipe: {e}"))
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn execute(
     daemon: &Arc<Daemon>,
     sock: &Arc<UnixSeqpacket>,
@@ -148,9 +170,12 @@ async fn execute(
     stdin: Option<mpsc::UnboundedReceiver<Vec<u8>>>,
     cancel: &Arc<Notify>,
     permit: tokio::sync::OwnedSemaphorePermit,
+    env: Option<&std::path::Path>,
 ) -> Result<vivarium_proto::Outcome, String> {
     let active = &req.active;
-    let warm = if super::warm::eligible(daemon, active, &req.limits) {
+    // (A job with packages runs cold: its environment is mounted when its sandbox is
+    // built.)
+    let warm = if env.is_none() && super::warm::eligible(daemon, active, &req.limits) {
         daemon.warm.take(&req.profile, active)
     } else {
         None
@@ -178,7 +203,7 @@ async fn execute(
             )
         }
         None => {
-            let plan = plan::build(
+            let mut plan = plan::build(
                 job_id,
                 &active.profile,
                 &req.limits,
@@ -186,6 +211,9 @@ async fn execute(
                 active.seccomp.clone(),
                 daemon.facts.cgroup.is_none(),
             );
+            if let Some(env) = env {
+                crate::packages::install::use_env(&mut plan, env);
+            }
             let code = code_memfd(&req.code)?;
             let (in_r, in_w) = pipe()?;
             let (out_r, out_w) = pipe()?;

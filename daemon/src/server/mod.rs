@@ -6,7 +6,7 @@ pub mod activation;
 mod auth;
 pub use auth::resolve_groups;
 mod conn;
-mod job;
+pub(crate) mod job;
 pub mod lifecycle;
 pub mod outcome;
 pub mod spawner_client;
@@ -156,6 +156,9 @@ pub struct Daemon {
     pub reload_error: Mutex<Option<String>>,
     /// Warm sandboxes, per profile (kept by [`warm::maintain`]).
     pub warm: warm::WarmPools,
+    /// Package installs and their cache, or why there are none (no `uv` configured,
+    /// or it or the cache directory is unusable).
+    pub packages: Result<Arc<crate::packages::Manager>, String>,
 }
 
 impl Daemon {
@@ -175,7 +178,23 @@ impl Daemon {
             profiles,
             allowed_gids,
         };
+        let packages = match &config.uv {
+            None => Err("no uv is configured (config key `uv`)".to_owned()),
+            Some(uv) => crate::packages::Manager::new(
+                uv,
+                &config.package_cache_dir,
+                config.package_cache_max_bytes,
+            )
+            .map(Arc::new),
+        };
+        match &packages {
+            Ok(m) => {
+                tracing::info!(uv = m.uv_version(), cache = %config.package_cache_dir.display(), "packages enabled")
+            }
+            Err(why) => tracing::info!(%why, "packages disabled"),
+        }
         Daemon {
+            packages,
             slots: Arc::new(Semaphore::new(config.max_concurrent_jobs)),
             config,
             live: RwLock::new(Arc::new(live)),

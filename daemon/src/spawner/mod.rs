@@ -459,6 +459,13 @@ impl Spawner {
             detail: e.to_string(),
             errno: e.raw_os_error().unwrap_or(0),
         };
+        crate::packages::own_dirs(
+            &plan.own_dirs,
+            self.config.rootless,
+            self.config.id_base,
+            slot,
+        )
+        .map_err(|e| os("own-dirs", e))?;
         let (sync_r, sync_w) =
             nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| os("pipe", e.into()))?;
         let (status_r, status_w) =
@@ -487,13 +494,18 @@ impl Spawner {
         }
         let weak = &self.config.weakening;
         let unless = |layer: Layer, flag: libc::c_int| if weak.drops(layer) { 0 } else { flag };
-        let flags = libc::CLONE_NEWUSER
+        let mut flags = libc::CLONE_NEWUSER
             | libc::CLONE_NEWNS
             | unless(Layer::PidNs, libc::CLONE_NEWPID)
             | unless(Layer::NetNs, libc::CLONE_NEWNET)
             | libc::CLONE_NEWIPC
             | unless(Layer::UtsNs, libc::CLONE_NEWUTS)
             | unless(Layer::CgroupNs, libc::CLONE_NEWCGROUP);
+        if plan.host_network {
+            // A package install from an index (Landlock limits it to the index's TCP
+            // port); every job proper gets a fresh, empty network namespace.
+            flags &= !libc::CLONE_NEWNET;
+        }
         let forked = sys::clone3(flags, cgroup.and_then(|c| c.dir_fd()));
         if let (Some(home), false) = (v1_home, matches!(forked, Ok(sys::Forked::Child))) {
             // Only the spawner moves back; the child stays in the job's cgroup. A

@@ -122,12 +122,14 @@ async def list_and_validate(s: ClientSession) -> Tool:
     check(t["outputSchema"]["type"] == "object", "output schema is an object", t["outputSchema"])
     check(t["inputSchema"]["required"] == ["code"], "only code is required", t["inputSchema"])
     props = t["inputSchema"]["properties"]
-    check(set(props) == {"code", "stdin", "timeout_seconds", "profile"}, "parameters", props)
+    check(set(props) == {"code", "stdin", "timeout_seconds", "profile", "packages"}, "parameters", props)
+    check(props["packages"]["type"] == ["array", "null"] or "anyOf" in props["packages"] or props["packages"].get("type") in ("array", ["array", "null"]),
+          "packages is a list of requirement strings", props["packages"])
     for name, p in props.items():
         check(len(p.get("description", "")) > 20, f"parameter {name} is described", p)
     check("`default`" in props["profile"]["description"], "profile names the daemon's profiles", props["profile"])
     out = t["outputSchema"]["properties"]
-    for field in ("exit_code", "reason", "stdout", "stderr", "wall_ms", "cpu_ms", "peak_memory_bytes"):
+    for field in ("exit_code", "reason", "stdout", "stderr", "wall_ms", "cpu_ms", "peak_memory_bytes", "packages"):
         check(field in out, f"output schema has {field}", out)
     a = t["annotations"]
     expected = {"readOnlyHint": False, "destructiveHint": False, "idempotentHint": False, "openWorldHint": False}
@@ -346,8 +348,31 @@ def stdin_eof() -> None:
     ok(f"stdin EOF: server exited in {elapsed * 1000:.0f} ms, job killed, stdout was JSON-RPC only")
 
 
+async def packages_session() -> None:
+    async with session("--max-calls-per-minute", "0") as s:
+        tool = await list_and_validate(s)
+        args = {
+            "code": "import vivtiny; print(vivtiny.answer())",
+            "packages": ["vivtiny"],
+            "profile": ARGS.packages_profile,
+        }
+        r = await call(s, args)
+        sc = tool.valid(r)
+        check(r.get("isError") is False and sc["stdout"]["text"] == "42\n", "the package imports", r)
+        check(sc["packages"] == {"resolved": ["vivtiny==1.0"], "from_cache": False}, "packages reported", sc)
+        r = await call(s, args)
+        check(tool.valid(r)["packages"]["from_cache"] is True, "the second run reuses the environment", r)
+        r = await call(s, {**args, "packages": ["nosuchpkg"]})
+        check(r.get("isError") is True and "nosuchpkg" in text_of(r), "an unknown package is a tool error naming it", r)
+        r = await call(s, {"code": "print(1)"})
+        check(tool.valid(r)["packages"] is None, "packages is null without packages", r)
+    ok("packages: install, cached reuse, typed refusal; structuredContent matches outputSchema")
+
+
 async def amain() -> None:
     await main_session()
+    if ARGS.packages_profile:
+        await packages_session()
     await modern_session()
     await limits_sessions()
     await no_daemon_session()
@@ -359,6 +384,7 @@ def main() -> int:
     p.add_argument("--server", required=True)
     p.add_argument("--socket", required=True)
     p.add_argument("--daemon-pid", type=int, required=True)
+    p.add_argument("--packages-profile", help="a profile with a wheelhouse: run the packages checks")
     ARGS = p.parse_args()
     anyio.run(amain)
     stdin_eof()

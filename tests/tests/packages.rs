@@ -1,0 +1,642 @@
+//! PyPI packages: the install phase (uv in its own sandbox), the environment cache, and
+//! the run phase (the environment bound read-only). Every test but the last is offline:
+//! it builds a wheelhouse by hand (`tests/packages/make_wheelhouse.py`) and uses a
+//! profile whose `[packages]` has `find_links` and no index. The last one installs numpy
+//! from the real PyPI index (reachable from CI).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use vivarium_e2e::proto::ErrorCode;
+use vivarium_e2e::{
+    default_profile_with, require_root, wait_until, workspace_dir, ClientError, Collected, Daemon,
+    DaemonOpts, Job,
+};
+
+/// The pinned uv (`scripts/install-uv.sh`): `$VIVARIUM_UV`, else /opt/vivarium/uv. Missing
+/// is a failure when `VIVARIUM_REQUIRE_ROOT=1` (CI installs it), else a visible skip.
+fn uv() -> Option<PathBuf> {
+    let path = std::env::var_os("VIVARIUM_UV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/opt/vivarium/uv/bin/uv"));
+    if path.is_file() {
+        return Some(path);
+    }
+    let name = vivarium_e2e::test_name();
+    if std::env::var("VIVARIUM_REQUIRE_ROOT").as_deref() == Ok("1") {
+        panic!(
+            "{name}: no uv at {} (run scripts/install-uv.sh or set VIVARIUM_UV)",
+            path.display()
+        );
+    }
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIP {name}: no uv at {} (scripts/install-uv.sh)",
+        path.display()
+    );
+    None
+}
+
+/// A wheelhouse and a cache directory, readable by the sandboxes' host ids.
+struct Fixture {
+    dir: tempfile::TempDir,
+    uv: PathBuf,
+}
+
+impl Fixture {
+    fn new() -> Option<Fixture> {
+        if !require_root() {
+            return None;
+        }
+        let uv = uv()?;
+        let dir = tempfile::Builder::new()
+            .prefix("vivarium-pkg-")
+            .tempdir()
+            .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let status = std::process::Command::new("/usr/bin/python3")
+            .arg(workspace_dir().join("tests/packages/make_wheelhouse.py"))
+            .arg(dir.path().join("wh"))
+            .status()
+            .unwrap();
+        assert!(status.success(), "make_wheelhouse.py failed");
+        Some(Fixture { dir, uv })
+    }
+
+    fn wheelhouse(&self) -> PathBuf {
+        self.dir.path().join("wh")
+    }
+
+    fn cache(&self) -> PathBuf {
+        self.dir.path().join("cache")
+    }
+
+    /// The default profile, offline: the wheelhouse and no index, plus `extra` lines
+    /// replaced (`(key, line)` as in `default_profile_with`).
+    fn offline_profile(&self, extra: &[(&str, &str)]) -> String {
+        let find_links = format!("find_links = {:?}", self.wheelhouse().display().to_string());
+        let mut repl = vec![("index_url", find_links.as_str())];
+        repl.extend_from_slice(extra);
+        default_profile_with(&repl)
+    }
+
+    fn opts(&self, cache_max: u64) -> DaemonOpts {
+        DaemonOpts::default()
+            .config_line(&format!("uv = {:?}", self.uv.display().to_string()))
+            .config_line(&format!(
+                "package_cache_dir = {:?}",
+                self.cache().display().to_string()
+            ))
+            .config_line(&format!("package_cache_max_bytes = {cache_max}"))
+    }
+
+    fn daemon(&self) -> Daemon {
+        Daemon::start(
+            self.opts(1 << 30)
+                .profile("offline", &self.offline_profile(&[])),
+        )
+    }
+}
+
+fn job(code: &str, packages: &[&str]) -> Job {
+    let mut job = Job::new(code).profile("offline");
+    for p in packages {
+        job = job.package(*p);
+    }
+    job
+}
+
+async fn ok(daemon: &Daemon, job: &Job) -> Collected {
+    let c = daemon.run_job(job).await;
+    assert_eq!(
+        c.outcome.reason,
+        vivarium_e2e::proto::Reason::Ok,
+        "{}\n--- log ---\n{}",
+        vivarium_e2e::describe(&c),
+        daemon.log()
+    );
+    c
+}
+
+async fn refused(daemon: &Daemon, job: &Job) -> vivarium_e2e::proto::WireError {
+    match daemon.try_run(job, None).await {
+        Err(ClientError::Refused(e)) => e,
+        other => panic!(
+            "expected a refusal, got {other:?}\n--- log ---\n{}",
+            daemon.log()
+        ),
+    }
+}
+
+fn installs(daemon: &Daemon) -> usize {
+    daemon.log().matches("installing packages").count()
+}
+
+const TINY: &str = "import vivtiny, sys\nprint(vivtiny.answer(), sys.prefix)\n";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_wheelhouse_package_installs_imports_runs_and_is_cached() {
+    let Some(fx) = Fixture::new() else { return };
+    let daemon = fx.daemon();
+    let first = ok(&daemon, &job(TINY, &["VivTiny"])).await;
+    assert_eq!(String::from_utf8_lossy(&first.stdout), "42 /env\n");
+    let p = first.packages.expect("a packages report");
+    assert_eq!(p.requested, ["vivtiny"]);
+    assert_eq!(p.resolved, ["vivtiny==1.0"]);
+    assert!(!p.from_cache && p.env_bytes > 0, "{p:?}");
+    let second = ok(&daemon, &job(TINY, &["vivtiny"])).await;
+    assert_eq!(String::from_utf8_lossy(&second.stdout), "42 /env\n");
+    let p = second.packages.expect("a packages report");
+    assert!(p.from_cache && p.install_ms == 0, "{p:?}");
+    assert_eq!(installs(&daemon), 1, "{}", daemon.log());
+    // A job without packages has no environment and no report.
+    let plain = ok(
+        &daemon,
+        &Job::new("import sys; print(sys.prefix)").profile("offline"),
+    )
+    .await;
+    assert_eq!(String::from_utf8_lossy(&plain.stdout), "/usr\n");
+    assert!(plain.packages.is_none());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pep723_inline_metadata_is_read_and_merged_with_explicit_packages() {
+    let Some(fx) = Fixture::new() else { return };
+    let daemon = fx.daemon();
+    let code = "# /// script\n# requires-python = \">=3.8\"\n# dependencies = [\n#   \"vivneeds\",\n# ]\n# ///\nimport vivneeds, vivdep, vivtiny\nprint(vivdep.VERSION, vivtiny.answer())\n";
+    let c = ok(&daemon, &job(code, &["vivtiny"])).await;
+    assert_eq!(String::from_utf8_lossy(&c.stdout), "1.0 42\n");
+    let p = c.packages.unwrap();
+    assert_eq!(p.requested, ["vivtiny", "vivneeds"]);
+    assert_eq!(p.resolved, ["vivdep==1.0", "vivneeds==1.0", "vivtiny==1.0"]);
+    // A malformed block is a typed refusal.
+    let bad = "# /// script\n# dependencies = \"vivtiny\"\n# ///\n";
+    let e = refused(&daemon, &job(bad, &[])).await;
+    assert_eq!(e.code, ErrorCode::InvalidRequirement, "{e:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_job_cannot_write_into_its_environment() {
+    let Some(fx) = Fixture::new() else { return };
+    let daemon = fx.daemon();
+    ok(&daemon, &job(TINY, &["vivtiny"])).await;
+    let entry = std::fs::read_dir(fx.cache().join("envs"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let init = entry.join("env/lib/python3.11/site-packages/vivtiny/__init__.py");
+    let before = std::fs::read(&init).expect("the installed module on the host");
+    let probe = r#"
+import errno, json, os, vivtiny
+target = os.path.dirname(vivtiny.__file__)
+result = {}
+def attempt(name, fn):
+    try:
+        fn()
+        result[name] = "succeeded"
+    except OSError as e:
+        result[name] = errno.errorcode.get(e.errno, str(e.errno))
+attempt("append", lambda: open(os.path.join(target, "__init__.py"), "a").write("x = 1\n"))
+attempt("create", lambda: open(os.path.join(target, "new.py"), "w"))
+attempt("unlink", lambda: os.unlink(os.path.join(target, "__init__.py")))
+attempt("chmod", lambda: os.chmod(os.path.join(target, "__init__.py"), 0o777))
+attempt("mkdir", lambda: os.mkdir("/env/new"))
+attempt("rename", lambda: os.rename("/env/pyvenv.cfg", "/env/x"))
+print(json.dumps(result))
+"#;
+    let c = ok(&daemon, &job(probe, &["vivtiny"])).await;
+    let evidence = vivarium_e2e::evidence(&c);
+    for (what, errno) in evidence.as_object().unwrap() {
+        assert!(
+            errno == "EROFS" || errno == "EACCES",
+            "{what}: {errno} (expected EROFS or EACCES)\n{evidence}"
+        );
+    }
+    assert_eq!(evidence.as_object().unwrap().len(), 6);
+    assert_eq!(
+        std::fs::read(&init).unwrap(),
+        before,
+        "the module changed on the host"
+    );
+    assert!(!init.with_file_name("new.py").exists());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrent_identical_requests_build_once() {
+    let Some(fx) = Fixture::new() else { return };
+    let daemon = fx.daemon();
+    let j = job(
+        "import vivneeds, vivtiny\nprint(vivtiny.answer())\n",
+        &["vivtiny", "vivneeds"],
+    );
+    let (a, b, c) = tokio::join!(ok(&daemon, &j), ok(&daemon, &j), ok(&daemon, &j));
+    let reports: Vec<_> = [a, b, c]
+        .into_iter()
+        .map(|c| {
+            assert_eq!(String::from_utf8_lossy(&c.stdout), "42\n");
+            c.packages.unwrap()
+        })
+        .collect();
+    let built = reports.iter().filter(|p| !p.from_cache).count();
+    assert_eq!(built, 1, "{reports:?}");
+    assert_eq!(installs(&daemon), 1, "{}", daemon.log());
+    assert!(reports.iter().all(|p| p.resolved == reports[0].resolved));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn failures_are_typed_and_name_the_package() {
+    let Some(fx) = Fixture::new() else { return };
+    let deny = fx.offline_profile(&[(
+        "max_env_bytes",
+        "max_env_bytes = 2_097_152\ndeny = [\"VIVDEP\"]",
+    )]);
+    let daemon = Daemon::start(fx.opts(1 << 30).profile("offline", &deny));
+    let cases: &[(&[&str], ErrorCode, &str)] = &[
+        (&["nosuchpkg"], ErrorCode::PackageNotFound, "nosuchpkg"),
+        (&["vivtiny==3"], ErrorCode::PackageNotFound, "vivtiny"),
+        (
+            &["vivneeds", "vivtiny>=2"],
+            ErrorCode::PackageNotFound,
+            "vivtiny",
+        ),
+        (&["vivsdist"], ErrorCode::NoCompatibleWheel, "vivsdist"),
+        (&["vivbig"], ErrorCode::EnvironmentTooLarge, "vivbig"),
+        (
+            &["vivtiny >>> 1"],
+            ErrorCode::InvalidRequirement,
+            "vivtiny >>> 1",
+        ),
+        (
+            &["vivtiny @ https://example.invalid/x.whl"],
+            ErrorCode::InvalidRequirement,
+            "vivtiny",
+        ),
+        (&["vivdep"], ErrorCode::PackageNotAllowed, "vivdep"),
+    ];
+    for (pkgs, code, needle) in cases {
+        let e = refused(&daemon, &job("print(1)", pkgs)).await;
+        assert_eq!(e.code, *code, "{pkgs:?}: {e:?}");
+        assert!(e.message.contains(needle), "{pkgs:?}: {e:?}");
+    }
+    // The conflict needs the allowed vivdep: a daemon without the deny list.
+    let daemon = fx.daemon();
+    let e = refused(&daemon, &job("print(1)", &["vivneeds", "vivdep==2.0"])).await;
+    assert_eq!(e.code, ErrorCode::ResolutionConflict, "{e:?}");
+    assert!(
+        e.message.contains("vivneeds") && e.message.contains("vivdep"),
+        "{e:?}"
+    );
+    // A profile without [packages] refuses any.
+    let e = refused(
+        &daemon,
+        &Job::new("print(1)").profile("compat").package("vivtiny"),
+    )
+    .await;
+    assert_eq!(e.code, ErrorCode::PackageNotAllowed, "{e:?}");
+    // Nothing of the failed builds is left behind.
+    let builds: Vec<_> = std::fs::read_dir(fx.cache().join("build"))
+        .unwrap()
+        .collect();
+    assert!(builds.is_empty(), "{builds:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unreachable_index_is_a_typed_error() {
+    let Some(fx) = Fixture::new() else { return };
+    // A loopback port that was just free: nothing listens there.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("index_url = \"http://127.0.0.1:{port}/simple\"");
+    let profile = default_profile_with(&[("index_url", &url)]);
+    let daemon = Daemon::start(fx.opts(1 << 30).profile("closed", &profile));
+    let e = refused(
+        &daemon,
+        &Job::new("print(1)").profile("closed").package("vivtiny"),
+    )
+    .await;
+    assert_eq!(e.code, ErrorCode::IndexUnreachable, "{e:?}");
+    assert!(e.message.contains(&format!("127.0.0.1:{port}")), "{e:?}");
+}
+
+fn entries(cache: &Path) -> usize {
+    std::fs::read_dir(cache.join("envs")).unwrap().count()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn least_recently_used_environments_are_evicted_past_the_cap() {
+    let Some(fx) = Fixture::new() else { return };
+    // Each of these environments takes 110-140 KB: room for two.
+    let daemon = Daemon::start(
+        fx.opts(300_000)
+            .profile("offline", &fx.offline_profile(&[])),
+    );
+    ok(&daemon, &job("import vivtiny", &["vivtiny"])).await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    ok(&daemon, &job("import vivdep", &["vivdep"])).await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    // Use vivtiny again: vivdep is now the least recently used.
+    let again = ok(&daemon, &job("import vivtiny", &["vivtiny"])).await;
+    assert!(again.packages.unwrap().from_cache);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    ok(&daemon, &job("import vivneeds", &["vivneeds"])).await;
+    assert!(daemon.log().contains("evicted"), "{}", daemon.log());
+    assert_eq!(entries(&fx.cache()), 2);
+    let tiny = ok(&daemon, &job("import vivtiny", &["vivtiny"])).await;
+    assert!(
+        tiny.packages.unwrap().from_cache,
+        "the recently used one stays"
+    );
+    let dep = ok(&daemon, &job("import vivdep", &["vivdep"])).await;
+    assert!(
+        !dep.packages.unwrap().from_cache,
+        "the evicted one is rebuilt"
+    );
+}
+
+async fn restart(daemon: &mut Daemon) {
+    daemon.signal(nix::sys::signal::Signal::SIGTERM);
+    assert!(
+        wait_until(Duration::from_secs(10), || daemon.exited().is_some()),
+        "the daemon did not stop"
+    );
+    daemon.restart().expect("restart");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_cache_survives_a_restart_and_a_corrupt_entry_is_rebuilt() {
+    let Some(fx) = Fixture::new() else { return };
+    let mut daemon = fx.daemon();
+    ok(&daemon, &job(TINY, &["vivtiny"])).await;
+    restart(&mut daemon).await;
+    let c = ok(&daemon, &job(TINY, &["vivtiny"])).await;
+    assert!(c.packages.unwrap().from_cache, "not reused after a restart");
+    // Tamper with the installed module on the host: the checksum, checked on the
+    // entry's first use after a start, no longer matches.
+    let entry = std::fs::read_dir(fx.cache().join("envs"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let init = entry.join("env/lib/python3.11/site-packages/vivtiny/__init__.py");
+    std::fs::write(&init, "def answer():\n    return 0\n").unwrap();
+    // And leave a half-built environment behind, as a crash mid-install would.
+    let half = fx.cache().join("build/crashed");
+    std::fs::create_dir_all(half.join("env")).unwrap();
+    restart(&mut daemon).await;
+    assert!(
+        !half.exists(),
+        "a half-built environment survived the start"
+    );
+    let c = ok(&daemon, &job(TINY, &["vivtiny"])).await;
+    assert_eq!(String::from_utf8_lossy(&c.stdout), "42 /env\n");
+    assert!(
+        !c.packages.unwrap().from_cache,
+        "the corrupt entry was used"
+    );
+    assert!(
+        daemon.log().contains("checksum mismatch"),
+        "{}",
+        daemon.log()
+    );
+    // An entry without its completion marker is rebuilt as well.
+    let entry = std::fs::read_dir(fx.cache().join("envs"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    std::fs::remove_file(entry.join("COMPLETE")).unwrap();
+    let c = ok(&daemon, &job(TINY, &["vivtiny"])).await;
+    assert!(!c.packages.unwrap().from_cache);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_version_1_client_is_served_as_before() {
+    use vivarium_e2e::proto::{Code, Event, Hello, JobSpec, Request, SubmitWith};
+    let Some(fx) = Fixture::new() else { return };
+    let daemon = fx.daemon();
+    let mut raw = vivarium_e2e::RawConn::connect(daemon.socket()).await;
+    raw.send(&Request::Hello(Hello {
+        min_version: 1,
+        max_version: 1,
+        client: "old".into(),
+    }))
+    .await;
+    assert!(matches!(raw.recv().await, Event::HelloAck(a) if a.version == 1));
+    let spec = JobSpec {
+        profile: "offline".into(),
+        code: Code::Inline(
+            b"# /// script\n# dependencies = [\"vivtiny\"]\n# ///\nprint('plain')\n".to_vec(),
+        ),
+        args: vec![],
+        stdin: false,
+        limits: Default::default(),
+    };
+    // Version 1 knows no SubmitWith.
+    raw.send(&Request::SubmitWith(Box::new(SubmitWith {
+        spec: spec.clone(),
+        packages: vec!["vivtiny".into()],
+    })))
+    .await;
+    assert!(matches!(raw.recv().await, Event::Error(e) if e.code == ErrorCode::UnexpectedMessage));
+    // And a PEP 723 block is not read for it: the job runs as it always did.
+    raw.send(&Request::Submit(spec)).await;
+    let mut out = Vec::new();
+    loop {
+        match raw.recv().await {
+            Event::Stdout(b) => out.extend(b),
+            Event::Finished(o) => {
+                assert_eq!(o.reason, vivarium_e2e::proto::Reason::Ok, "{o:?}");
+                break;
+            }
+            Event::Packages(p) => panic!("a version-1 client got {p:?}"),
+            _ => {}
+        }
+    }
+    assert_eq!(out, b"plain\n");
+    assert_eq!(installs(&daemon), 0);
+}
+
+/// The one test against the real index: numpy from PyPI, then the cached environment.
+#[tokio::test(flavor = "multi_thread")]
+async fn numpy_from_pypi_installs_computes_and_is_reused() {
+    let Some(fx) = Fixture::new() else { return };
+    let daemon = Daemon::start(fx.opts(4 << 30));
+    let code = "import numpy as np\nprint(int(np.arange(1, 101).sum()), round(float(np.linalg.det(np.eye(3) * 2)), 6))\n";
+    let first = ok(&daemon, &Job::new(code).package("numpy")).await;
+    assert_eq!(String::from_utf8_lossy(&first.stdout), "5050 8.0\n");
+    let p = first.packages.unwrap();
+    assert!(!p.from_cache);
+    assert!(p.resolved.iter().any(|r| r.starts_with("numpy==")), "{p:?}");
+    let second = ok(&daemon, &Job::new(code).package("numpy")).await;
+    assert_eq!(String::from_utf8_lossy(&second.stdout), "5050 8.0\n");
+    assert!(second.packages.unwrap().from_cache);
+}
+
+/// A tiny PEP 503 index on a loopback port for one project, `vivtiny`, whose wheel link
+/// points at `wheel_port` (its own port when `None`). Counts the connections it and the
+/// optional second listener receive. `hang`: accept and never answer.
+struct Index {
+    port: u16,
+    hits: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Index {
+    fn start(wheelhouse: PathBuf, wheel_port: Option<u16>, hang: bool) -> Index {
+        use std::io::{Read, Write};
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let hits = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = hits.clone();
+        let files = wheel_port.unwrap_or(port);
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            for stream in listener.incoming() {
+                let Ok(mut s) = stream else { continue };
+                counter.fetch_add(1, Ordering::SeqCst);
+                if hang {
+                    held.push(s);
+                    continue;
+                }
+                let mut req = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => req.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let text = String::from_utf8_lossy(&req);
+                let mut parts = text.split_whitespace();
+                let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+                let wheel = "vivtiny-1.0-py3-none-any.whl";
+                let (status, ctype, body) = if path.trim_end_matches('/') == "/simple/vivtiny" {
+                    let html = format!(
+                        "<!DOCTYPE html><html><body><a href=\"http://127.0.0.1:{files}/files/{wheel}\">{wheel}</a></body></html>"
+                    );
+                    ("200 OK", "text/html", html.into_bytes())
+                } else if path == format!("/files/{wheel}") {
+                    let bytes = std::fs::read(wheelhouse.join(wheel)).unwrap();
+                    ("200 OK", "application/octet-stream", bytes)
+                } else {
+                    ("404 Not Found", "text/plain", b"not found".to_vec())
+                };
+                let head = format!(
+                    "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = s.write_all(head.as_bytes());
+                if method != "HEAD" {
+                    let _ = s.write_all(&body);
+                }
+            }
+        });
+        Index { port, hits }
+    }
+
+    fn hits(&self) -> usize {
+        self.hits.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+fn index_profile(port: u16, extra: &[(&str, &str)]) -> String {
+    let url = format!("index_url = \"http://127.0.0.1:{port}/simple\"");
+    let mut repl = vec![("index_url", url.as_str())];
+    repl.extend_from_slice(extra);
+    default_profile_with(&repl)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_install_reaches_the_index_port_and_no_other() {
+    let Some(fx) = Fixture::new() else { return };
+    // The whole index on one port: the install works over the network.
+    let index = Index::start(fx.wheelhouse(), None, false);
+    let daemon = Daemon::start(
+        fx.opts(1 << 30)
+            .profile("idx", &index_profile(index.port, &[])),
+    );
+    let c = ok(&daemon, &Job::new(TINY).profile("idx").package("vivtiny")).await;
+    assert_eq!(String::from_utf8_lossy(&c.stdout), "42 /env\n");
+    assert!(
+        index.hits() >= 2,
+        "the index and the wheel were fetched over TCP"
+    );
+    drop(daemon);
+    // The index page on its port, the wheel on another: Landlock refuses that connect.
+    let files = Index::start(fx.wheelhouse(), None, false);
+    let index = Index::start(fx.wheelhouse(), Some(files.port), false);
+    let daemon = Daemon::start(
+        fx.opts(1 << 30)
+            .profile("idx", &index_profile(index.port, &[])),
+    );
+    let e = refused(&daemon, &Job::new(TINY).profile("idx").package("vivtiny")).await;
+    assert!(index.hits() >= 1, "the index port was reachable");
+    assert_eq!(
+        files.hits(),
+        0,
+        "a connection reached the other port: {e:?}"
+    );
+    assert!(
+        e.message.contains("Permission denied") || e.message.contains("os error 13"),
+        "expected Landlock's EACCES on connect: {e:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_install_past_its_timeout_is_killed_with_a_typed_error() {
+    let Some(fx) = Fixture::new() else { return };
+    let index = Index::start(fx.wheelhouse(), None, true);
+    let profile = index_profile(
+        index.port,
+        &[("install_timeout_ms", "install_timeout_ms = 2_000")],
+    );
+    let daemon = Daemon::start(fx.opts(1 << 30).profile("idx", &profile));
+    // InstallTimeout comes only from the spawner's wall-clock kill of the install sandbox
+    // (uv's own HTTP timeout is 30 s and would surface as IndexUnreachable).
+    let e = refused(
+        &daemon,
+        &Job::new("print(1)").profile("idx").package("vivtiny"),
+    )
+    .await;
+    assert_eq!(e.code, ErrorCode::InstallTimeout, "{e:?}");
+    assert!(e.message.contains("vivtiny"), "{e:?}");
+    assert!(index.hits() >= 1);
+    let builds: Vec<_> = std::fs::read_dir(fx.cache().join("build"))
+        .unwrap()
+        .collect();
+    assert!(builds.is_empty(), "{builds:?}");
+}
+
+/// The service unit's `CapabilityBoundingSet=` is enough for packages: the spawner gives
+/// the build directory to the install's uid, the server re-owns and seals the result.
+#[tokio::test(flavor = "multi_thread")]
+async fn packages_work_under_the_units_capability_bounding_set() {
+    let Some(fx) = Fixture::new() else { return };
+    let unit = std::fs::read_to_string(workspace_dir().join("dist/systemd/vivariumd.service"))
+        .expect("the service unit");
+    let caps: Vec<String> = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("CapabilityBoundingSet="))
+        .expect("the unit sets CapabilityBoundingSet=")
+        .split_whitespace()
+        .map(|c| format!("+{}", c.trim_start_matches("CAP_").to_lowercase()))
+        .collect();
+    let set = format!("-all,{}", caps.join(","));
+    let daemon = Daemon::start(
+        fx.opts(1 << 30)
+            .profile("offline", &fx.offline_profile(&[]))
+            .exec_prefix(&["setpriv", "--bounding-set", &set]),
+    );
+    let c = ok(&daemon, &job(TINY, &["vivtiny"])).await;
+    assert_eq!(String::from_utf8_lossy(&c.stdout), "42 /env\n");
+    let c = ok(&daemon, &job(TINY, &["vivtiny"])).await;
+    assert!(c.packages.unwrap().from_cache);
+}
