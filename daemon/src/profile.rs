@@ -43,6 +43,10 @@ pub struct WarmSection {
     /// them is a dictionary lookup.
     #[serde(default)]
     pub preload: Vec<String>,
+    /// PEP 508 requirements installed (as for a job) into the environment of every warm
+    /// sandbox of this profile; a job asking for exactly this set takes one.
+    #[serde(default)]
+    pub packages: Vec<String>,
 }
 
 fn default_warm_idle_secs() -> u64 {
@@ -55,6 +59,7 @@ impl Default for WarmSection {
             pool: 0,
             idle_secs: default_warm_idle_secs(),
             preload: Vec::new(),
+            packages: Vec::new(),
         }
     }
 }
@@ -342,6 +347,16 @@ impl Profile {
         file.packages
             .validate()
             .map_err(|(field, problem)| bad(field, problem))?;
+        if !file.warm.packages.is_empty() && !file.packages.enabled {
+            return Err(bad(
+                "warm.packages",
+                "needs [packages] enabled = true".into(),
+            ));
+        }
+        for r in &file.warm.packages {
+            crate::packages::spec::parse_requirement(r)
+                .map_err(|e| bad("warm.packages", e.message))?;
+        }
         let seccomp_path = dir.join(&s.seccomp);
         Ok(Profile {
             name,
@@ -492,6 +507,7 @@ mod tests {
             ("pool = 65", "warm.pool"),
             ("pool = 1\npreload = [\"os; import x\"]", "warm.preload"),
             ("pool = 1\npreload = [\"\"]", "warm.preload"),
+            ("pool = 1\npackages = [\"numpy >>= 1\"]", "warm.packages"),
             ("pool = 1\nidle_secs = 0", "warm.idle_secs"),
         ] {
             match parse(&format!("{}\n[warm]\n{extra}\n", default_text())).unwrap_err() {

@@ -640,3 +640,54 @@ async fn packages_work_under_the_units_capability_bounding_set() {
     let c = ok(&daemon, &job(TINY, &["vivtiny"])).await;
     assert!(c.packages.unwrap().from_cache);
 }
+
+/// A warm profile with `warm.packages` keeps sandboxes whose environment is installed
+/// and whose `warm.preload` is imported: a job asking for exactly those packages takes
+/// one (its module is loaded before the job's first line), with a packages report; a job
+/// asking for none runs cold on the same profile.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_warm_profile_serves_its_packages_preloaded() {
+    let Some(fx) = Fixture::new() else { return };
+    let text = format!(
+        "{}\n[warm]\npool = 2\npackages = [\"VivTiny\"]\npreload = [\"vivtiny\"]\n",
+        fx.offline_profile(&[])
+    );
+    let daemon = Daemon::start(fx.opts(1 << 30).profile("offline", &text));
+    let probe = "import sys\nprint('-c' in sys.orig_argv, 'vivtiny' in sys.modules)\n\
+                 import vivtiny\nprint(vivtiny.answer(), sys.prefix)\n";
+    // The first job creates the pool (cold, and installs).
+    let first = ok(&daemon, &job(probe, &["vivtiny"])).await;
+    assert_eq!(
+        String::from_utf8_lossy(&first.stdout),
+        "False False\n42 /env\n"
+    );
+    let pythons = || {
+        daemon
+            .job_processes()
+            .iter()
+            .filter(|p| p.comm.starts_with("python"))
+            .count()
+    };
+    assert!(
+        wait_until(Duration::from_secs(30), || pythons() >= 2),
+        "{}",
+        daemon.log()
+    );
+    let warm = ok(&daemon, &job(probe, &["vivtiny"])).await;
+    assert_eq!(
+        String::from_utf8_lossy(&warm.stdout),
+        "True True\n42 /env\n"
+    );
+    let p = warm.packages.expect("a packages report");
+    assert_eq!(p.resolved, ["vivtiny==1.0"]);
+    assert!(p.from_cache && p.install_ms == 0, "{p:?}");
+    assert_eq!(installs(&daemon), 1, "{}", daemon.log());
+    // No packages asked: not this pool's set, so a cold job without the environment.
+    let plain = ok(
+        &daemon,
+        &Job::new("import sys\nprint('-c' in sys.orig_argv, sys.prefix)\n").profile("offline"),
+    )
+    .await;
+    assert_eq!(String::from_utf8_lossy(&plain.stdout), "False /usr\n");
+    assert!(plain.packages.is_none());
+}

@@ -86,8 +86,17 @@ pub async fn run(
                 }
             }
         };
+        // A warm sandbox, if one fits (it brings its packages, if any, installed).
+        let warm = if super::warm::eligible(&daemon, &req.active, &req.limits, &req.packages) {
+            daemon.warm.take(&req.profile, &req.active)
+        } else {
+            None
+        };
         // The install phase, holding the job's slot: its own sandbox, before the run.
-        let env = if req.packages.is_empty() {
+        let env = if let Some(report) = warm.as_ref().and_then(|w| w.packages_report()) {
+            send(&sock, &Event::Packages(report)).await;
+            None
+        } else if req.packages.is_empty() || warm.is_some() {
             None
         } else {
             match crate::packages::install::for_job(&daemon, &req.active, &req.packages, &cancel).await {
@@ -104,7 +113,7 @@ pub async fn run(
             }
         };
         let env_dir = env.as_ref().map(|r| r.entry.env());
-        let result = execute(&daemon, &sock, job_id, &req, stdin, &cancel, permit, env_dir.as_deref()).await;
+        let result = execute(&daemon, &sock, job_id, &req, stdin, &cancel, permit, env_dir.as_deref(), warm).await;
         drop(env);
         over.store(true, Ordering::SeqCst);
         daemon.warm.nudge();
@@ -171,15 +180,9 @@ async fn execute(
     cancel: &Arc<Notify>,
     permit: tokio::sync::OwnedSemaphorePermit,
     env: Option<&std::path::Path>,
+    warm: Option<super::warm::WarmSandbox>,
 ) -> Result<vivarium_proto::Outcome, String> {
     let active = &req.active;
-    // (A job with packages runs cold: its environment is mounted when its sandbox is
-    // built.)
-    let warm = if env.is_none() && super::warm::eligible(daemon, active, &req.limits) {
-        daemon.warm.take(&req.profile, active)
-    } else {
-        None
-    };
     let (job_id, mut events, stdin_prefix, in_w, out_r, err_r, mut landlock) = match warm {
         Some(w) => {
             // The sandbox exists already: its deadlines start now, with the delivery.

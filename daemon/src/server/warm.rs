@@ -36,7 +36,23 @@ pub struct WarmSandbox {
     pub stdout: OwnedFd,
     pub stderr: OwnedFd,
     pub landlock: LandlockStatus,
+    /// The profile's `warm.packages` environment, in use (not evictable) while the
+    /// sandbox lives.
+    pub env: Option<crate::packages::install::Ready>,
     active: Arc<ActiveProfile>,
+}
+
+impl WarmSandbox {
+    /// The packages report a job taking this sandbox gets: its environment was ready
+    /// before the job (nothing was installed for it).
+    pub fn packages_report(&self) -> Option<vivarium_proto::PackagesReport> {
+        self.env.as_ref().map(|ready| {
+            let mut report = ready.report();
+            report.from_cache = true;
+            report.install_ms = 0;
+            report
+        })
+    }
 }
 
 impl WarmSandbox {
@@ -106,16 +122,37 @@ impl WarmPools {
 /// limits (a warm sandbox's rlimit stand-ins would count the interpreter's start-up),
 /// and the job's memory and process limits are the profile's own (they were fixed when
 /// the sandbox was built; wall, CPU and output limits are applied at delivery).
+/// A job with packages takes one only if it asks for exactly the profile's
+/// `warm.packages` (compared as normalized requirements).
 pub fn eligible(
     daemon: &Daemon,
     active: &ActiveProfile,
     limits: &crate::profile::JobLimits,
+    packages: &[crate::packages::spec::Req],
 ) -> bool {
     let own = active.profile.default_limits();
+    let canonical = |mut reqs: Vec<String>| {
+        reqs.sort();
+        reqs.dedup();
+        reqs
+    };
+    let asked = canonical(packages.iter().map(|r| r.text.clone()).collect());
+    let offered = canonical(
+        active
+            .profile
+            .file
+            .warm
+            .packages
+            .iter()
+            .filter_map(|r| crate::packages::spec::parse_requirement(r).ok())
+            .map(|r| r.text)
+            .collect(),
+    );
     active.profile.file.warm.pool > 0
         && daemon.facts.cgroup.is_some()
         && limits.memory_bytes == own.memory_bytes
         && limits.pids == own.pids
+        && asked == offered
 }
 
 /// The maintainer task (one per daemon).
@@ -264,7 +301,26 @@ async fn build(daemon: &Arc<Daemon>, active: &Arc<ActiveProfile>) -> Result<Warm
     let job_id = daemon
         .next_job
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let plan = plan::build_warm(job_id, &active.profile, active.seccomp.clone());
+    let mut plan = plan::build_warm(job_id, &active.profile, active.seccomp.clone());
+    // The profile's warm packages: installed (or found in the cache) as for a job.
+    let env = if active.profile.file.warm.packages.is_empty() {
+        None
+    } else {
+        let reqs = active
+            .profile
+            .file
+            .warm
+            .packages
+            .iter()
+            .map(|r| crate::packages::spec::parse_requirement(r))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| e.message)?;
+        let ready = crate::packages::install::for_job(daemon, active, &reqs, &Notify::new())
+            .await
+            .map_err(|e| format!("warm.packages: {}", e.message))?;
+        crate::packages::install::use_env(&mut plan, &ready.entry.env());
+        Some(ready)
+    };
     // The script memfd stays empty: the bootstrap writes the job's code itself.
     let code = super::job::code_memfd(b"")?;
     let (in_r, in_w) = pipe()?;
@@ -309,6 +365,7 @@ async fn build(daemon: &Arc<Daemon>, active: &Arc<ActiveProfile>) -> Result<Warm
         stdout: out_r,
         stderr: err_r,
         landlock,
+        env,
         active: active.clone(),
     })
 }
