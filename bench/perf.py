@@ -68,10 +68,12 @@ def bwrap_cmd(code):
 class Library:
     """A long-lived bench_client in latency mode: one line in, one job, one time out."""
 
-    def __init__(self, exe, sock, profile):
-        self.p = subprocess.Popen([exe, "--socket", sock, "--profile", profile, "--code", "pass",
-                                   "--expect", "", "--mode", "latency"],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    def __init__(self, exe, sock, profile, code="pass", expect="", packages=()):
+        cmd = [exe, "--socket", sock, "--profile", profile, "--code", code, "--expect", expect,
+               "--mode", "latency"]
+        for p in packages:
+            cmd += ["--package", p]
+        self.p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
     def __call__(self):
         self.p.stdin.write("go\n")
@@ -201,6 +203,9 @@ def main():
     ap.add_argument("--target", default=os.path.join(ROOT, "target", "release"))
     ap.add_argument("--write", metavar="MD", help="also write the results as Markdown")
     ap.add_argument("--pool", type=int, default=4, help="warm sandboxes kept by the warm profile")
+    ap.add_argument("--no-numpy", action="store_true",
+                    help="skip the numpy rows (they install numpy from PyPI with the pinned uv)")
+    ap.add_argument("--uv", default="/opt/vivarium/uv/bin/uv", help="the pinned uv (scripts/install-uv.sh)")
     args = ap.parse_args()
     daemon, viv = (os.path.join(args.target, b) for b in ("vivariumd", "viv"))
     lib_exe = os.path.join(args.target, "examples", "bench_client")
@@ -210,6 +215,7 @@ def main():
     if not shutil.which("bwrap"):
         sys.exit("bwrap missing: apt-get install bubblewrap")
     tmp = tempfile.mkdtemp(prefix="vivarium-perf-")
+    os.chmod(tmp, 0o755)  # the package cache inside must be reachable by the sandboxes' uids
     d = None
     try:
         prof = os.path.join(tmp, "profiles")
@@ -225,9 +231,28 @@ def main():
             f.write(text + f"\n[warm]\npool = {args.pool}\nidle_secs = 600\n")
         sock = os.path.join(tmp, "d.sock")
         cfg = os.path.join(tmp, "d.toml")
+        numpy = not args.no_numpy
+        if numpy and not os.path.exists(args.uv):
+            sys.exit(f"{args.uv} missing: run scripts/install-uv.sh, or pass --no-numpy")
+        if numpy:
+            # The numpy job, with site (the environment needs it) and single-threaded
+            # OpenBLAS, on both sides; the warm profile installs and preloads numpy.
+            np_text = text.replace('args = ["-I", "-S"]', 'args = ["-I"]').replace(
+                'LANG = "C.UTF-8"', 'LANG = "C.UTF-8"\nOPENBLAS_NUM_THREADS = "1"')
+            assert "OPENBLAS" in np_text
+            with open(os.path.join(prof, "benchnp.toml"), "w") as f:
+                f.write(np_text)
+            with open(os.path.join(prof, "benchnpwarm.toml"), "w") as f:
+                f.write(np_text + f'\n[warm]\npool = {args.pool}\nidle_secs = 600\n'
+                        'packages = ["numpy"]\npreload = ["numpy"]\n')
+            venv = os.path.join(tmp, "venv")
+            subprocess.run([args.uv, "venv", "-q", "--python", PY, venv], check=True)
+            subprocess.run([args.uv, "pip", "install", "-q", "--python", f"{venv}/bin/python",
+                            "--compile-bytecode", "numpy"], check=True)
         with open(cfg, "w") as f:
             f.write(f'socket = "{sock}"\nprofiles_dir = "{prof}"\nstate_dir = "{tmp}/state"\n'
-                    f'cgroup_subtree = "vivarium-bench-{os.getpid()}"\nmax_concurrent_jobs = 16\n')
+                    f'cgroup_subtree = "vivarium-bench-{os.getpid()}"\nmax_concurrent_jobs = 16\n'
+                    f'uv = "{args.uv}"\npackage_cache_dir = "{tmp}/cache"\n')
         log = open(os.path.join(tmp, "d.log"), "w")
         d = subprocess.Popen([daemon, "--config", cfg], stderr=log,
                              env={**os.environ, "VIVARIUM_LOG": "warn"})
@@ -250,6 +275,26 @@ def main():
             ("library", "client library submit-to-outcome", lib),
             ("warm", "warm path (library, warm profile)", warm),
         ]
+        np_code = "import numpy; print(numpy.arange(1000).sum())"
+        if numpy:
+            np_env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
+
+            def np_bare():
+                t = time.perf_counter()
+                r = subprocess.run([f"{venv}/bin/python", "-I", "-c", np_code], env=np_env,
+                                   capture_output=True)
+                dt = (time.perf_counter() - t) * 1000
+                if r.stdout != b"499500\n":
+                    sys.exit(f"bare numpy: {r.stdout!r} {r.stderr[-500:]!r}")
+                return dt
+
+            np_cold = Library(lib_exe, sock, "benchnp", np_code, "499500\n", ["numpy"])
+            np_warm = Library(lib_exe, sock, "benchnpwarm", np_code, "499500\n", ["numpy"])
+            launchers += [
+                ("np-bare", "numpy: bare `python -I -c` (venv of the same interpreter)", np_bare),
+                ("np-cold", "numpy: library, cached environment, cold sandbox", np_cold),
+                ("np-warm", "numpy: library, warm profile preloading numpy", np_warm),
+            ]
         for _ in range(10):  # warm the page cache and the daemon on every side
             for _, _, f in launchers:
                 f()
@@ -260,10 +305,14 @@ def main():
                 times[name].append(f())
         lib.close()
         warm.close()
-        bare = times["bare"]
+        if numpy:
+            np_cold.close()
+            np_warm.close()
         rows = []
         for name, label, _ in launchers:
             xs = times[name]
+            # numpy rows against the bare numpy job, the others against bare `pass`.
+            bare = times["np-bare" if name.startswith("np-") else "bare"]
             paired = statistics.median(y / x for x, y in zip(bare, xs))
             rows.append((label, statistics.median(xs), pct(xs, 90), pct(xs, 99),
                          statistics.median(xs) / statistics.median(bare), paired))
@@ -287,7 +336,9 @@ def main():
              "|---|---:|---:|---:|---:|---:|"]
     lines += [f"| {l} | {m:.2f} | {p90:.2f} | {p99:.2f} | {r:.2f}x | {pr:.2f}x |"
               for l, m, p90, p99, r, pr in rows]
-    lines += ["| numpy job, cold and warm | not built yet (needs package environments) | | | | |",
+    lines += ["", "numpy rows: `import numpy; print(numpy.arange(1000).sum())`, ratios to the bare "
+              "numpy row; the other rows' ratios are to bare `-c pass`." if numpy else
+              "numpy rows: skipped (--no-numpy).",
               "", f"Throughput over {args.seconds:g} s per cell (jobs/s):", "",
               "| concurrent clients | bare `python3 -I -S -c pass` | sandboxed, cold | ratio | sandboxed, warm | ratio |",
               "|---:|---:|---:|---:|---:|---:|"]

@@ -41,10 +41,16 @@ struct Args {
     clients: usize,
     #[arg(long, default_value_t = 10.0)]
     seconds: f64,
+    /// A PyPI requirement for the job (repeatable).
+    #[arg(long = "package")]
+    packages: Vec<String>,
 }
 
 async fn one_job(args: &Args) -> Result<f64> {
-    let job = Job::new(args.code.clone()).profile(args.profile.clone());
+    let mut job = Job::new(args.code.clone()).profile(args.profile.clone());
+    for p in &args.packages {
+        job = job.package(p.clone());
+    }
     let start = Instant::now();
     let mut client = Client::connect(&args.socket).await?;
     let done = client.run_collect(&job, None).await?;

@@ -432,3 +432,43 @@ async fn a_reload_retires_sandboxes_of_the_old_profile() {
     }
     assert!(saw_warm, "no warm job after the reload");
 }
+
+/// A warm job ends as a script does: threads are joined, atexit handlers run, streams are
+/// flushed, and `sys.exit`'s argument becomes the status (or a message and 1); the
+/// output and status of each script below are the same warm and cold.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_warm_job_ends_like_a_script() {
+    if !require_root() {
+        return;
+    }
+    let daemon = start(2, 300);
+    fill(&daemon, "hot", 2).await;
+    let scripts = [
+        "import atexit, threading, time\n\
+         atexit.register(lambda: print('atexit ran'))\n\
+         def late():\n    time.sleep(0.2)\n    print('thread done')\n\
+         threading.Thread(target=late).start()\nprint('main done')\n",
+        "import sys\nsys.stdout.write('no newline')\n",
+        "import sys\nsys.exit('bye')\n",
+        "import sys\nsys.exit(300)\n",
+        "import sys\nsys.exit(None)\n",
+        "import weakref\nclass C: pass\nc = C()\nweakref.finalize(c, print, 'finalized')\n",
+        "raise ValueError('x')\n",
+    ];
+    for script in scripts {
+        let code = format!("{WARM_MARK}{script}");
+        let cold = daemon.run_job(&Job::new(code.clone())).await;
+        assert!(wait_until(Duration::from_secs(20), || pythons(&daemon) >= 2));
+        let warm = daemon.run_job(&Job::new(code).profile("hot")).await;
+        assert!(ran_warm(&warm), "{}", describe(&warm));
+        let rest = |c: &Collected| {
+            let out = String::from_utf8_lossy(&c.stdout).into_owned();
+            out.split_once('\n')
+                .map(|(_, r)| r.to_owned())
+                .unwrap_or_default()
+        };
+        assert_eq!(rest(&warm), rest(&cold), "{script}");
+        assert_eq!(warm.stderr, cold.stderr, "{script}: {}", describe(&warm));
+        assert_eq!(warm.outcome.exit, cold.outcome.exit, "{script}");
+    }
+}
