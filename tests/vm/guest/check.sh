@@ -196,8 +196,13 @@ check reload_bad_keeps_old_profiles has_profile vmsmall
 run_job hello alice --profile vmsmall
 check reload_bad_old_profile_still_runs bash -c "outcome_common $T/hello.json Ok 0 && [ $rc = 0 ]"
 rm /etc/vivarium/profiles/broken.toml
+# For the stop step: a profile whose wall and CPU limits outlast the drain grace period
+# (compat's 30 s wall limit would end a "long" job by itself).
+sed -e 's/^description = .*/description = "vm tier: long jobs for the drain check"/' \
+  -e 's/^wall_ms = .*/wall_ms = 600_000/' -e 's/^cpu_ms = .*/cpu_ms = 600_000/' \
+  /etc/vivarium/profiles/compat.toml > /etc/vivarium/profiles/vmlong.toml
 systemctl reload vivariumd.service
-check reload_fixed_clears_status wait_for 120 bash -c "! has_profile vmsmall && ! status_text | grep -q 'reload failed' && status_text"
+check reload_fixed_clears_status wait_for 120 bash -c "! has_profile vmsmall && has_profile vmlong && ! status_text | grep -q 'reload failed' && status_text"
 
 step "systemctl stop drains: a 15 s job finishes within the 30 s grace period, a 600 s one is cancelled"
 script short <<'EOF'
@@ -211,7 +216,7 @@ import time
 print("long started", flush=True)
 time.sleep(600)
 EOF
-run_job long alice --profile compat & bg_long=$!
+run_job long alice --profile vmlong --timeout 600 & bg_long=$!
 run_job short alice --profile compat & bg_short=$!
 if wait_for 180 bash -c "[ \$(find $UNIT_CG -mindepth 1 -maxdepth 1 -type d ! -name daemon | wc -l) = 2 ]"; then
   main=$(systemctl show -p MainPID --value vivariumd.service)
