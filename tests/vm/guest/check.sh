@@ -33,8 +33,8 @@ jq_() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(eval(
 viv_as() { local user=$1; shift; timeout 300 runuser -u "$user" -- /usr/local/bin/viv --socket "$SOCK" "$@"; }
 script() { cat > "$T/$1.py"; chmod 644 "$T/$1.py"; }
 # run_job NAME USER ARGS... : viv run --json ... $T/NAME.py > $T/NAME.json; sets $rc
-run_job() { local n=$1 u=$2; shift 2; viv_as "$u" run --json "$@" "$T/$n.py" < /dev/null > "$T/$n.json" 2> "$T/$n.err"; rc=$?; cp "$T/$n.json" "$T/$n.err" "$OUT/" 2>/dev/null; return $rc; }
-job_dirs() { find "$UNIT_CG" -mindepth 1 -maxdepth 1 -type d ! -name daemon 2>/dev/null; }
+run_job() { local n=$1 u=$2; shift 2; viv_as "$u" run --json "$@" "$T/$n.py" < "${STDIN_FROM:-/dev/null}" > "$T/$n.json" 2> "$T/$n.err"; rc=$?; cp "$T/$n.json" "$T/$n.err" "$OUT/" 2>/dev/null; return $rc; }
+job_dirs() { find "$UNIT_CG" -mindepth 1 -maxdepth 1 -type d ! -name daemon ! -name '.*' 2>/dev/null; }  # .control is systemd's
 # wait_for SECS CMD...: poll CMD until it succeeds or SECS seconds have passed.
 wait_for() { local end=$((SECONDS + $1)); shift; while ((SECONDS < end)); do "$@" && return 0; sleep 0.3; done; "$@"; }
 status_text() { systemctl show -p StatusText --value vivariumd.service; }
@@ -156,7 +156,7 @@ time.sleep(20)
 print("woke")
 EOF
 run_job sleeper alice --profile compat & bg=$!
-if wait_for 120 bash -c "[ -n \"\$(find $UNIT_CG -mindepth 1 -maxdepth 1 -type d ! -name daemon)\" ] && [ -n \"\$(cat \$(find $UNIT_CG -mindepth 1 -maxdepth 1 -type d ! -name daemon | head -1)/cgroup.procs)\" ]"; then
+if wait_for 120 bash -c "[ -n \"\$(job_dirs)\" ] && [ -n \"\$(cat \$(job_dirs | head -1)/cgroup.procs)\" ]"; then
   echo "--- cgroup tree of vivariumd.service:"
   for d in $(find "$UNIT_CG" -type d | sort); do
     printf '%s procs=[%s] subtree_control=[%s]\n' "${d#/sys/fs/cgroup}" "$(tr '\n' ' ' < "$d/cgroup.procs")" "$(cat "$d/cgroup.subtree_control")"
@@ -175,7 +175,7 @@ else
 fi
 wait $bg; rc=$?
 check sleeper_job_ok bash -c "outcome_common $T/sleeper.json Ok 0 && [ $rc = 0 ] && grep -q woke $T/sleeper.json"
-check cleanup_no_job_cgroup_left bash -c "[ -z \"\$(find $UNIT_CG -mindepth 1 -maxdepth 1 -type d ! -name daemon)\" ] && ls $UNIT_CG | grep -c . >/dev/null && find $UNIT_CG -mindepth 1 -type d"
+check cleanup_no_job_cgroup_left bash -c "[ -z \"\$(job_dirs)\" ] && find $UNIT_CG -mindepth 1 -type d"
 
 step "systemctl reload: a good profile change, then a bad one"
 sed -e 's/^description = .*/description = "vm tier reload test"/' -e 's/^memory_bytes = .*/memory_bytes = 134_217_728/' \
@@ -204,35 +204,47 @@ sed -e 's/^description = .*/description = "vm tier: long jobs for the drain chec
 systemctl reload vivariumd.service
 check reload_fixed_clears_status wait_for 120 bash -c "! has_profile vmsmall && has_profile vmlong && ! status_text | grep -q 'reload failed' && status_text"
 
-step "systemctl stop drains: a 15 s job finishes within the 30 s grace period, a 600 s one is cancelled"
+step "systemctl stop drains: a job that is still running finishes within the grace period, a 600 s one is cancelled"
+# The short job blocks on its stdin (a FIFO this script holds open) and is released only
+# once the daemon logs that it is draining: it is certainly running during the drain.
 script short <<'EOF'
-import time
+import sys
 print("short started", flush=True)
-time.sleep(15)
-print("short done")
+line = sys.stdin.readline()
+print("short done", line.strip())
 EOF
 script long <<'EOF'
 import time
 print("long started", flush=True)
 time.sleep(600)
 EOF
+mkfifo "$T/short.in"
+exec 7<>"$T/short.in"
+drains_before=$(journalctl -u vivariumd.service --no-pager -o cat | grep -c 'draining')
+STDIN_FROM="$T/short.in" run_job short alice --profile compat & bg_short=$!
 run_job long alice --profile vmlong --timeout 600 & bg_long=$!
-run_job short alice --profile compat & bg_short=$!
-if wait_for 180 bash -c "[ \$(find $UNIT_CG -mindepth 1 -maxdepth 1 -type d ! -name daemon | wc -l) = 2 ]"; then
+if wait_for 180 bash -c "status_text | grep -q '^2 jobs running'"; then
+  echo "before stop: $(status_text); job cgroups: $(job_dirs | tr '\n' ' ')"
   main=$(systemctl show -p MainPID --value vivariumd.service)
   t0=$SECONDS
-  timeout 300 systemctl stop vivariumd.service
+  timeout 300 systemctl stop vivariumd.service & stop_pid=$!
+  wait_for 120 bash -c "[ \$(journalctl -u vivariumd.service --no-pager -o cat | grep -c 'draining') -gt $drains_before ]"
+  drain_line=$(journalctl -u vivariumd.service --no-pager -o cat | grep 'draining' | tail -1)
+  echo go >&7
+  wait $stop_pid
   echo "systemctl stop took $((SECONDS - t0)) s"
-  journalctl -u vivariumd.service --no-pager -o cat | grep -E 'draining|grace|cancel' | tail -4
   wait $bg_short; rc_short=$?
   wait $bg_long; rc_long=$?
-  check stop_short_job_finished bash -c "outcome_common $T/short.json Ok 0 && [ $rc_short = 0 ] && grep -q 'short done' $T/short.json"
+  exec 7>&-
+  journalctl -u vivariumd.service --no-pager -o cat | grep -E 'draining|grace|cancel' | tail -4
+  check stop_drained_both_jobs bash -c "echo '$drain_line' | grep 'running=2 admitted=2 grace_ms=30000'"
+  check stop_running_job_finished bash -c "outcome_common $T/short.json Ok 0 && [ $rc_short = 0 ] && grep -q 'short done go' $T/short.json"
   check stop_long_job_cancelled bash -c "outcome_common $T/long.json Cancelled 130 && [ $rc_long = 130 ] && jq_ $T/long.json 'd[\"detail\"]'"
-  check stop_drained_both_jobs bash -c "journalctl -u vivariumd.service --no-pager -o cat | grep 'draining' | tail -1 | grep 'running=2 admitted=2 grace_ms=30000'"
-  check stop_clean_exit bash -c "systemctl show -p Result,ExecMainStatus,ActiveState vivariumd.service | tr '\n' ' ' | grep 'Result=success ExecMainStatus=0 ActiveState=inactive' && ! kill -0 $main 2>/dev/null && journalctl -u vivariumd.service --no-pager -o cat | grep -ci drain"
+  check stop_clean_exit bash -c "systemctl show -p Result,ExecMainStatus,ActiveState vivariumd.service | tr '\n' ' ' | grep 'Result=success ExecMainStatus=0 ActiveState=inactive' && ! kill -0 $main 2>/dev/null"
   check stop_leaves_no_cgroup bash -c "[ ! -e $UNIT_CG ] && echo gone"
 else
-  bad stop_drain "the two jobs did not both start within 180 s"
+  bad stop_drain "the daemon did not report 2 jobs running within 180 s: $(status_text); $(job_dirs | tr '\n' ' ')"
+  exec 7>&-
   wait $bg_short $bg_long
 fi
 check socket_still_listening systemctl is-active vivariumd.socket
