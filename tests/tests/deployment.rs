@@ -610,3 +610,92 @@ async fn a_second_sigterm_ends_the_grace_period() {
     assert!(status.success(), "{status}\n{}", daemon.log());
     assert_eq!(daemon.cgroup_subtree_dirs(), Vec::<PathBuf>::new());
 }
+
+/// A mount beneath a read-only bind source is locked in each job's user namespace, so the
+/// non-recursive bind of `/usr` fails with EINVAL. systemd's `ProtectKernelModules=` puts
+/// one on `/usr/lib/modules` (the VM tier found every job failing that way; the unit no
+/// longer sets it). The daemon refuses the job with an error that names the mount and the
+/// cause, and never runs it with less: here a tmpfs on `/usr/local` in the daemon's own
+/// (private) mount namespace.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_mount_beneath_a_bind_source_is_a_clear_sandbox_error() {
+    if !require_root() || !require_tool("unshare") {
+        return;
+    }
+    let daemon = in_private_mount_ns("mount -t tmpfs vivarium-test /usr/local");
+    let done = daemon.run("print('ran')").await;
+    assert_eq!(
+        done.outcome.reason,
+        Reason::SandboxError,
+        "{}",
+        describe(&done)
+    );
+    assert_eq!(
+        done.outcome.exit,
+        ExitStatus::NotStarted,
+        "{}",
+        describe(&done)
+    );
+    assert!(done.stdout.is_empty(), "{}", describe(&done));
+    let detail = &done.outcome.detail;
+    assert!(
+        detail.contains("cannot bind /usr read-only: mounts beneath it (/usr/local)")
+            && detail.contains("ProtectKernelModules="),
+        "{detail}"
+    );
+    // The mount stayed in the daemon's namespace.
+    let host = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!host.contains("vivarium-test"), "{host}");
+}
+
+/// A daemon in its own private mount namespace, prepared by the shell command `setup`
+/// (what systemd's sandboxing options do to a unit's namespace).
+fn in_private_mount_ns(setup: &str) -> Daemon {
+    let script = format!("{setup} && exec \"$@\"");
+    Daemon::start(DaemonOpts::default().exec_prefix(&[
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "--",
+        "sh",
+        "-c",
+        &script,
+        "sh",
+    ]))
+}
+
+/// Under `PrivateDevices=yes` plus `ProtectSystem=strict` the unit's `/dev` is read-only.
+/// In a job's user namespace that flag is locked, so the device binds must keep it (the VM
+/// tier found every job failing with EPERM at `remount-file ./dev/null`). The job runs,
+/// and the devices work: a read-only mount does not stop writes to a device node.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_read_only_dev_still_gives_jobs_their_devices() {
+    if !require_root() || !require_tool("unshare") {
+        return;
+    }
+    let daemon = in_private_mount_ns("mount -o remount,bind,ro /dev");
+    let code = "\
+import os
+with open('/dev/null', 'w') as f:
+    f.write('x' * 100)
+with open('/dev/zero', 'rb') as f:
+    assert f.read(4) == bytes(4)
+print('devices ok', len(os.urandom(8)))
+";
+    let done = daemon.run(code).await;
+    assert_eq!(done.outcome.reason, Reason::Ok, "{}", describe(&done));
+    assert_eq!(
+        String::from_utf8_lossy(&done.stdout).trim(),
+        "devices ok 8",
+        "{}",
+        describe(&done)
+    );
+    // The remount stayed in the daemon's namespace.
+    let host = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let dev = host.lines().find(|l| l.split(' ').nth(4) == Some("/dev"));
+    assert!(
+        dev.is_some_and(|l| l.split(' ').nth(5).is_some_and(|o| o.starts_with("rw"))),
+        "{dev:?}"
+    );
+}

@@ -120,11 +120,17 @@ impl V2 {
         made
     }
 
-    /// Every child of the root except the `daemon` leaf is a job of an earlier daemon.
+    /// Every child of the root except the `daemon` leaf and names no job can have (a leading
+    /// dot) is a job of an earlier daemon. systemd puts `.control` in a delegated unit's
+    /// cgroup for `ExecReload=` and other control processes (found by the VM tier); it is
+    /// systemd's, never killed or removed here.
     pub(super) fn reap_stale(&self) -> Result<usize, CgroupError> {
         let mut reaped = 0;
         for dir in files::subdirs(&self.root)? {
-            if dir.file_name().is_some_and(|n| n == V2_LEAF) {
+            if dir
+                .file_name()
+                .is_some_and(|n| n == V2_LEAF || n.as_encoded_bytes().starts_with(b"."))
+            {
                 continue;
             }
             kill(&dir)?;
@@ -424,14 +430,23 @@ mod tests {
         }
         // A cgroup the job made below its own (possible with nsdelegate).
         fs::create_dir(root.join("c/inner")).unwrap();
+        // systemd's cgroup for ExecReload= in a delegated unit: not ours, left alone.
+        fs::create_dir(root.join(".control")).unwrap();
+        fs::write(root.join(".control/cgroup.kill"), "").unwrap();
         assert_eq!(cg.reap_stale().unwrap(), 3);
-        let left: Vec<_> = fs::read_dir(&root)
+        let mut left: Vec<_> = fs::read_dir(&root)
             .unwrap()
             .map(|e| e.unwrap().path())
             .filter(|p| p.is_dir())
             .collect();
-        assert_eq!(left, [root.join("daemon")]);
+        left.sort();
+        assert_eq!(left, [root.join(".control"), root.join("daemon")]);
+        assert_eq!(
+            fs::read_to_string(root.join(".control/cgroup.kill")).unwrap(),
+            ""
+        );
         cg.remove_subtree().unwrap();
         assert!(root.join("daemon").is_dir());
+        assert!(root.join(".control").is_dir());
     }
 }

@@ -22,12 +22,16 @@ pub(super) fn mkdir_p(path: &Path) -> Result<(), SetupError> {
 }
 
 /// Mount flags that a bind remount must keep: in a user namespace the kernel locks
-/// nosuid/nodev/noexec/atime flags inherited from the host, and dropping one is EPERM.
+/// ro/nosuid/nodev/noexec/atime flags inherited from the host, and dropping one is EPERM.
+/// Read-only matters under systemd: `PrivateDevices=` with `ProtectSystem=strict` gives the
+/// unit a read-only `/dev`, so a device bind remounted without `MS_RDONLY` was refused
+/// (found by the VM tier). Writing to a device node on a read-only mount still works.
 fn locked_flags(source: &Path) -> Result<MsFlags, SetupError> {
     let st = statvfs(source).map_err(|e| SetupError::nix("statvfs", source, e))?;
     let f = st.flags();
     let mut out = MsFlags::empty();
     for (have, keep) in [
+        (FsFlags::ST_RDONLY, MsFlags::MS_RDONLY),
         (FsFlags::ST_NOSUID, MsFlags::MS_NOSUID),
         (FsFlags::ST_NODEV, MsFlags::MS_NODEV),
         (FsFlags::ST_NOEXEC, MsFlags::MS_NOEXEC),
@@ -53,7 +57,7 @@ pub(super) fn bind_ro(source: &Path, target: &Path, extra: MsFlags) -> Result<()
         MsFlags::MS_BIND,
         NONE,
     )
-    .map_err(|e| SetupError::nix("bind", target, e))?;
+    .map_err(|e| bind_error(source, target, e))?;
     let flags = MsFlags::MS_REMOUNT
         | MsFlags::MS_BIND
         | MsFlags::MS_RDONLY
@@ -61,6 +65,50 @@ pub(super) fn bind_ro(source: &Path, target: &Path, extra: MsFlags) -> Result<()
         | extra
         | locked_flags(source)?;
     mount(NONE, target, NONE, flags, NONE).map_err(|e| SetupError::nix("remount-ro", target, e))
+}
+
+/// A non-recursive bind fails with EINVAL when a mount beneath the source is locked (in a
+/// user namespace, every inherited mount is): the bind would uncover what it covers. Say
+/// which mounts, and the usual cause: systemd's `ProtectKernelModules=` mounts over
+/// `/usr/lib/modules` in the unit's namespace, which the jobs inherit.
+fn bind_error(source: &Path, target: &Path, e: nix::Error) -> SetupError {
+    if e == nix::Error::EINVAL {
+        let below = std::fs::canonicalize(source)
+            .ok()
+            .zip(std::fs::read_to_string("/proc/self/mountinfo").ok())
+            .map(|(dir, mountinfo)| mounts_beneath(&mountinfo, &dir))
+            .unwrap_or_default();
+        if !below.is_empty() {
+            return SetupError::Other {
+                step: "bind",
+                detail: format!(
+                    "cannot bind {} read-only: mounts beneath it ({}) are locked in the job's \
+                     user namespace, and a non-recursive bind may not uncover them; remove \
+                     them from the daemon's mount namespace (systemd's ProtectKernelModules= \
+                     mounts over /usr/lib/modules)",
+                    source.display(),
+                    below.join(", ")
+                ),
+            };
+        }
+    }
+    SetupError::nix("bind", target, e)
+}
+
+/// Mount points strictly beneath `dir` in `/proc/self/mountinfo` text (field 5; names with
+/// escaped characters compare escaped), at most four.
+fn mounts_beneath(mountinfo: &str, dir: &Path) -> Vec<String> {
+    let Some(dir) = dir.to_str() else {
+        return Vec::new();
+    };
+    let prefix = format!("{}/", dir.trim_end_matches('/'));
+    mountinfo
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .filter(|point| point.starts_with(&prefix))
+        .take(4)
+        .map(str::to_owned)
+        .collect()
 }
 
 fn tmpfs(
@@ -276,4 +324,33 @@ pub fn write_script(path: &Path, code: &[u8], owner: (u32, u32)) -> Result<(), S
         Some(Gid::from_raw(owner.1)),
     )
     .map_err(|e| SetupError::nix("chown", path, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mounts_beneath_a_bind_source() {
+        // The unit's namespace under systemd with ProtectKernelModules=yes (Debian 12 guest).
+        let mountinfo = "\
+22 1 254:0 / / ro,relatime shared:1 - ext4 /dev/vda rw
+30 22 0:5 /null /usr/lib/modules ro,nosuid,nodev,noexec shared:2 - devtmpfs udev rw
+31 22 0:26 / /usr2 rw - tmpfs tmpfs rw
+32 22 0:27 / /run/vivarium rw - tmpfs tmpfs rw
+33 30 0:28 / /usr/lib/modules/x rw - tmpfs tmpfs rw
+";
+        assert_eq!(
+            mounts_beneath(mountinfo, Path::new("/usr")),
+            ["/usr/lib/modules", "/usr/lib/modules/x"]
+        );
+        assert_eq!(
+            mounts_beneath(mountinfo, Path::new("/usr/lib/")),
+            ["/usr/lib/modules", "/usr/lib/modules/x"]
+        );
+        // The mount point itself is not beneath, nor is a sibling sharing the prefix.
+        assert!(mounts_beneath(mountinfo, Path::new("/usr/lib/modules/x")).is_empty());
+        assert!(mounts_beneath(mountinfo, Path::new("/bin")).is_empty());
+        assert!(mounts_beneath("garbage\n\n", Path::new("/usr")).is_empty());
+    }
 }
