@@ -147,19 +147,27 @@ def children(pid):
     return out
 
 
-def idle_warm_uss(spawner, pool):
-    """Once `pool` warm sandboxes wait and nothing else runs: USS per sandbox (its init
-    plus its interpreter)."""
-    for _ in range(200):
-        inits = children(spawner)
-        if len(inits) == pool:
+def idle_warm_uss(spawner, sandboxes):
+    """Once `sandboxes` warm sandboxes wait and nothing else runs: median USS per sandbox
+    (its init plus its interpreter), for plain ones and for numpy-preloaded ones."""
+    for _ in range(400):
+        if len(children(spawner)) >= sandboxes:
             break
         time.sleep(0.05)
     else:
-        return None
+        return None, None
     time.sleep(0.5)
-    per = [sum(uss_kib(p) for p in [i] + children(i)) for i in children(spawner)]
-    return statistics.median(per) if per else None
+    plain, numpy = [], []
+    for init in children(spawner):
+        procs = [init] + children(init)
+        try:
+            maps = "".join(open(f"/proc/{p}/maps").read() for p in procs)
+            uss = sum(uss_kib(p) for p in procs)
+        except OSError:
+            continue
+        (numpy if "numpy" in maps else plain).append(uss)
+    med = lambda xs: statistics.median(xs) if xs else None
+    return med(plain), med(numpy)
 
 
 def spawner_pid(daemon_pid):
@@ -323,7 +331,8 @@ def main():
                          library_throughput(lib_exe, sock, "benchwarm", clients, args.seconds)))
         sp = spawner_pid(d.pid)
         mem = (vm_hwm_kib(d.pid), vm_hwm_kib(sp) if sp else 0)
-        warm_uss = idle_warm_uss(sp, args.pool) if sp else None
+        pools = args.pool * (2 if numpy else 1)
+        warm_uss, np_uss = idle_warm_uss(sp, pools) if sp else (None, None)
     finally:
         if d is not None:
             d.send_signal(signal.SIGTERM)
@@ -344,9 +353,11 @@ def main():
               "|---:|---:|---:|---:|---:|---:|"]
     lines += [f"| {c} | {b:.1f} | {s:.1f} | {s / b:.2f}x | {w:.1f} | {w / b:.2f}x |" for c, b, s, w in tput]
     lines += ["", f"Peak resident memory (VmHWM): daemon {mem[0] / 1024:.1f} MiB, "
-                  f"spawner {mem[1] / 1024:.1f} MiB. Idle warm sandbox, private memory (USS, "
-                  f"its init + its waiting interpreter): "
-                  + (f"{warm_uss / 1024:.1f} MiB." if warm_uss is not None else "not measured (pool not full).")]
+                  f"spawner {mem[1] / 1024:.1f} MiB. Idle warm sandbox, private memory (USS of "
+                  f"its init + its waiting interpreter, median): "
+                  + (f"{warm_uss / 1024:.1f} MiB" if warm_uss is not None else "not measured")
+                  + "; with numpy preloaded: "
+                  + (f"{np_uss / 1024:.1f} MiB." if np_uss is not None else "not measured.")]
     out = "\n".join(lines)
     print(out)
     if args.write:
