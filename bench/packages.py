@@ -20,17 +20,12 @@ Usage (as root):  cargo build --release && ./scripts/install-uv.sh && \\
 """
 import argparse, os, shutil, signal, statistics, subprocess, sys, tempfile, time
 
+from common import pct, timed
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CODE = "import numpy as np\nprint(float(np.linalg.det(np.eye(50) * 2) > 0))\n"
 
 
-def timed(cmd, env=None):
-    t = time.perf_counter()
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-    dt = (time.perf_counter() - t) * 1000
-    if r.returncode != 0:
-        sys.exit(f"{cmd} failed ({r.returncode}): {r.stderr.decode()[-800:]}")
-    return dt
 
 
 def main():

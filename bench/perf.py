@@ -29,23 +29,15 @@ import tempfile
 import threading
 import time
 
+from common import pct, timed
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY = "/usr/bin/python3"
 FLAGS = ["-I", "-S"]
 
 
-def pct(xs, p):
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
 
 
-def timed(cmd):
-    t = time.perf_counter()
-    r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    dt = (time.perf_counter() - t) * 1000
-    if r.returncode != 0:
-        sys.exit(f"{cmd} failed ({r.returncode}): {r.stderr.decode()[-800:]}")
-    return dt
 
 
 def bwrap_cmd(code):
