@@ -72,6 +72,11 @@ check service_not_started_before_first_connection bash -c '! systemctl is-active
 useradd -m -G vivarium alice && useradd -m mallory
 check users bash -c 'id alice; id mallory'
 
+# A warm pool on this kernel: compat (ABI 2+) with one sandbox kept ready. Written before
+# the first connection, so the socket-activated daemon loads it at start.
+sed -e 's/^description = .*/description = "compat with a warm pool (VM tier)"/' /etc/vivarium/profiles/compat.toml > /etc/vivarium/profiles/warmcompat.toml
+printf '\n[warm]\npool = 1\nidle_secs = 10\n' >> /etc/vivarium/profiles/warmcompat.toml
+
 step "first job: socket activation, as a member of vivarium"
 script hello <<'EOF'
 import os, sys
@@ -147,6 +152,30 @@ time.sleep(60)
 EOF
 run_job nap alice --profile compat --timeout 3
 check wall_time_limit bash -c "outcome_common $T/nap.json Timeout 124 && [ $rc = 124 ]"
+
+step "the warm path on cgroup v2: a sandbox built ahead, deadlines and CPU from delivery"
+script warm <<'EOF'
+import sys
+print('WARM' if '-c' in sys.orig_argv else 'COLD')
+EOF
+# The first job creates the pool (cold); a later one meets the ready sandbox.
+for i in 1 2 3 4 5 6 7 8 9 10; do
+  run_job warm alice --profile warmcompat
+  grep -q '"stdout": "WARM' $T/warm.json && break
+  sleep 3
+done
+check warm_job_in_a_ready_sandbox bash -c "outcome_common $T/warm.json Ok 0 && grep -q '\"stdout\": \"WARM' $T/warm.json && echo 'after $i jobs'"
+script warmspin <<'EOF'
+import sys
+print('WARM' if '-c' in sys.orig_argv else 'COLD', flush=True)
+while True:
+    pass
+EOF
+sleep 5  # the pool refills
+run_job warmspin alice --profile warmcompat --cpu 1 --timeout 30
+check warm_cpu_limit_counts_from_delivery bash -c "outcome_common $T/warmspin.json CpuLimit 124 && grep -q '\"stdout\": \"WARM' $T/warmspin.json && jq_ $T/warmspin.json 'd[\"usage\"]' && [ \$(jq_ $T/warmspin.json 'd[\"usage\"][\"cpu_ms\"]') -lt 3000 ]"
+# idle_secs = 10: with no demand, the pool empties and its sandbox's cgroup goes with it.
+check warm_pool_empties_when_idle bash -c "wait_for 90 bash -c '[ -z \"\$(job_dirs)\" ]' && echo 'no job cgroup left under $UNIT_CG'"
 
 step "the daemon's cgroup layout under its delegated subtree, while a job runs"
 script sleeper <<'EOF'
