@@ -183,8 +183,11 @@ async fn execute(
     warm: Option<super::warm::WarmSandbox>,
 ) -> Result<vivarium_proto::Outcome, String> {
     let active = &req.active;
+    // A warm sandbox's environment stays in use (not evictable) until the job is over.
+    let mut _warm_env = None;
     let (job_id, mut events, stdin_prefix, in_w, out_r, err_r, mut landlock) = match warm {
         Some(w) => {
+            _warm_env = w.env;
             // The sandbox exists already: its deadlines start now, with the delivery.
             tracing::debug!(sandbox = w.job_id, "warm sandbox");
             send(
