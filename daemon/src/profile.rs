@@ -148,6 +148,8 @@ pub struct Profile {
     pub name: String,
     pub file: ProfileFile,
     pub seccomp_path: PathBuf,
+    /// `warm.packages`, parsed, sorted by canonical text and deduplicated.
+    pub warm_packages: Vec<crate::packages::spec::Req>,
 }
 
 /// Effective per-job limits: the profile's, tightened by the job.
@@ -353,15 +355,21 @@ impl Profile {
                 "needs [packages] enabled = true".into(),
             ));
         }
-        for r in &file.warm.packages {
-            crate::packages::spec::parse_requirement(r)
-                .map_err(|e| bad("warm.packages", e.message))?;
-        }
+        let mut warm_packages = file
+            .warm
+            .packages
+            .iter()
+            .map(|r| crate::packages::spec::parse_requirement(r))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| bad("warm.packages", e.message))?;
+        warm_packages.sort_by(|a, b| a.text.cmp(&b.text));
+        warm_packages.dedup();
         let seccomp_path = dir.join(&s.seccomp);
         Ok(Profile {
             name,
             file,
             seccomp_path,
+            warm_packages,
         })
     }
 

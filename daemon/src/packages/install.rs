@@ -22,7 +22,6 @@ use crate::sandbox::plan::{self, JobPlan, MountStep};
 use crate::server::{ActiveProfile, Daemon};
 use crate::spawner::link::{FromSpawner, JobReport, KillCause};
 use std::collections::HashMap;
-use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use tokio::io::AsyncReadExt;
@@ -642,22 +641,13 @@ async fn run_sandbox(
     plan: &JobPlan,
     cancel: &Notify,
 ) -> Result<(JobReport, Vec<u8>, Vec<u8>), String> {
-    use nix::fcntl::OFlag;
-    let pipe = || nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"));
-    let code = crate::server::job::code_memfd(DRIVER.as_bytes())?;
-    let (in_r, in_w) = pipe()?;
-    let (out_r, out_w) = pipe()?;
-    let (err_r, err_w) = pipe()?;
-    drop(in_w);
-    let mut events = daemon
-        .spawner
-        .spawn(
-            plan,
-            [code.as_fd(), in_r.as_fd(), out_w.as_fd(), err_w.as_fd()],
-        )
-        .await
-        .map_err(|e| crate::error_chain(&e))?;
-    drop((code, in_r, out_w, err_w));
+    let crate::server::job::Launched {
+        mut events,
+        stdin,
+        stdout: out_r,
+        stderr: err_r,
+    } = crate::server::job::launch(daemon, plan, DRIVER.as_bytes()).await?;
+    drop(stdin); // the driver reads nothing
     let collect = |fd| async move {
         let mut rx = tokio::net::unix::pipe::Receiver::from_owned_fd(fd)
             .map_err(|e| format!("pipe: {e}"))?;

@@ -136,9 +136,47 @@ fn pipe() -> Result<(OwnedFd, OwnedFd), String> {
     nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))
 }
 
+/// A sandbox in the spawner's hands: its messages, and our ends of its stdio pipes.
+pub(crate) struct Launched {
+    pub events: mpsc::UnboundedReceiver<FromSpawner>,
+    /// Write end of the sandbox's stdin (dropping it gives EOF).
+    pub stdin: OwnedFd,
+    pub stdout: OwnedFd,
+    pub stderr: OwnedFd,
+}
+
+/// Hand `plan` to the spawner with `code` in a sealed memfd and fresh stdio pipes: the
+/// one way a job, a warm sandbox or a package install gets its sandbox.
+pub(crate) async fn launch(
+    daemon: &Daemon,
+    plan: &plan::JobPlan,
+    code: &[u8],
+) -> Result<Launched, String> {
+    let code = code_memfd(code)?;
+    let (in_r, in_w) = pipe()?;
+    let (out_r, out_w) = pipe()?;
+    let (err_r, err_w) = pipe()?;
+    let events = daemon
+        .spawner
+        .spawn(
+            plan,
+            [code.as_fd(), in_r.as_fd(), out_w.as_fd(), err_w.as_fd()],
+        )
+        .await
+        .map_err(|e| crate::error_chain(&e))?;
+    // The spawner has its copies now; ours would keep the pipes open forever.
+    drop((code, in_r, out_w, err_w));
+    Ok(Launched {
+        events,
+        stdin: in_w,
+        stdout: out_r,
+        stderr: err_r,
+    })
+}
+
 /// The script in a sealed memfd: the spawner and the job's init can read it but
 /// nobody can change it.
-pub(crate) fn code_memfd(code: &[u8]) -> Result<OwnedFd, String> {
+fn code_memfd(code: &[u8]) -> Result<OwnedFd, String> {
     use nix::sys::memfd::{memfd_create, MFdFlags};
     use std::io::Write;
     let fd = memfd_create(
@@ -183,6 +221,16 @@ async fn execute(
     warm: Option<super::warm::WarmSandbox>,
 ) -> Result<vivarium_proto::Outcome, String> {
     let active = &req.active;
+    // A warm sandbox has its own id (it was built before this job came).
+    let started_id = warm.as_ref().map_or(job_id, |w| w.job_id);
+    send(
+        sock,
+        &Event::Started {
+            job_id: started_id,
+            profile: req.profile.clone(),
+        },
+    )
+    .await;
     // A warm sandbox's environment stays in use (not evictable) until the job is over.
     let mut _warm_env = None;
     let (job_id, mut events, stdin_prefix, in_w, out_r, err_r, mut landlock) = match warm {
@@ -190,14 +238,6 @@ async fn execute(
             _warm_env = w.env;
             // The sandbox exists already: its deadlines start now, with the delivery.
             tracing::debug!(sandbox = w.job_id, "warm sandbox");
-            send(
-                sock,
-                &Event::Started {
-                    job_id: w.job_id,
-                    profile: req.profile.clone(),
-                },
-            )
-            .await;
             daemon
                 .spawner
                 .arm(w.job_id, req.limits.wall_ms, req.limits.cpu_ms)
@@ -220,29 +260,16 @@ async fn execute(
             if let Some(env) = env {
                 crate::packages::install::use_env(&mut plan, env);
             }
-            let code = code_memfd(&req.code)?;
-            let (in_r, in_w) = pipe()?;
-            let (out_r, out_w) = pipe()?;
-            let (err_r, err_w) = pipe()?;
-            send(
-                sock,
-                &Event::Started {
-                    job_id,
-                    profile: req.profile.clone(),
-                },
+            let l = launch(daemon, &plan, &req.code).await?;
+            (
+                job_id,
+                l.events,
+                Vec::new(),
+                l.stdin,
+                l.stdout,
+                l.stderr,
+                None,
             )
-            .await;
-            let events = daemon
-                .spawner
-                .spawn(
-                    &plan,
-                    [code.as_fd(), in_r.as_fd(), out_w.as_fd(), err_w.as_fd()],
-                )
-                .await
-                .map_err(|e| crate::error_chain(&e))?;
-            // The spawner has its copies now; ours would keep the pipes open forever.
-            drop((code, in_r, out_w, err_w));
-            (job_id, events, Vec::new(), in_w, out_r, err_r, None)
         }
     };
     // Past the drain's grace period a job that only now reached the spawner is killed.

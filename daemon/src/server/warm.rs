@@ -19,9 +19,8 @@
 use super::{ActiveProfile, Daemon};
 use crate::sandbox::plan;
 use crate::spawner::link::{FromSpawner, KillCause};
-use nix::fcntl::OFlag;
 use std::collections::HashMap;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, Notify};
@@ -53,9 +52,7 @@ impl WarmSandbox {
             report
         })
     }
-}
 
-impl WarmSandbox {
     /// Ended while waiting (killed, or its interpreter failed)?
     fn is_dead(&mut self) -> bool {
         loop {
@@ -107,15 +104,6 @@ impl WarmPools {
     pub fn nudge(&self) {
         self.wake.notify_one();
     }
-
-    /// Sandboxes ready now, per profile.
-    pub fn counts(&self) -> Vec<(String, usize)> {
-        let pools = self.pools.lock().expect("warm pools lock");
-        pools
-            .iter()
-            .map(|(n, p)| (n.clone(), p.ready.len()))
-            .collect()
-    }
 }
 
 /// Whether a job can take a warm sandbox: the profile keeps a pool, cgroups carry its
@@ -131,28 +119,15 @@ pub fn eligible(
     packages: &[crate::packages::spec::Req],
 ) -> bool {
     let own = active.profile.default_limits();
-    let canonical = |mut reqs: Vec<String>| {
-        reqs.sort();
-        reqs.dedup();
-        reqs
-    };
-    let asked = canonical(packages.iter().map(|r| r.text.clone()).collect());
-    let offered = canonical(
-        active
-            .profile
-            .file
-            .warm
-            .packages
-            .iter()
-            .filter_map(|r| crate::packages::spec::parse_requirement(r).ok())
-            .map(|r| r.text)
-            .collect(),
-    );
+    let mut asked: Vec<&str> = packages.iter().map(|r| r.text.as_str()).collect();
+    asked.sort_unstable();
+    asked.dedup();
+    let offered = active.profile.warm_packages.iter().map(|r| r.text.as_str());
     active.profile.file.warm.pool > 0
         && daemon.facts.cgroup.is_some()
         && limits.memory_bytes == own.memory_bytes
         && limits.pids == own.pids
-        && asked == offered
+        && asked.into_iter().eq(offered)
 }
 
 /// The maintainer task (one per daemon).
@@ -292,10 +267,6 @@ async fn await_ready(err_r: OwnedFd) -> Result<OwnedFd, String> {
     rx.into_nonblocking_fd().map_err(|e| format!("pipe: {e}"))
 }
 
-fn pipe() -> Result<(OwnedFd, OwnedFd), String> {
-    nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))
-}
-
 /// Build one warm sandbox and wait until its interpreter has been exec'd.
 async fn build(daemon: &Arc<Daemon>, active: &Arc<ActiveProfile>) -> Result<WarmSandbox, String> {
     let job_id = daemon
@@ -303,38 +274,23 @@ async fn build(daemon: &Arc<Daemon>, active: &Arc<ActiveProfile>) -> Result<Warm
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut plan = plan::build_warm(job_id, &active.profile, active.seccomp.clone());
     // The profile's warm packages: installed (or found in the cache) as for a job.
-    let env = if active.profile.file.warm.packages.is_empty() {
+    let env = if active.profile.warm_packages.is_empty() {
         None
     } else {
-        let reqs = active
-            .profile
-            .file
-            .warm
-            .packages
-            .iter()
-            .map(|r| crate::packages::spec::parse_requirement(r))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| e.message)?;
-        let ready = crate::packages::install::for_job(daemon, active, &reqs, &Notify::new())
+        let reqs = &active.profile.warm_packages;
+        let ready = crate::packages::install::for_job(daemon, active, reqs, &Notify::new())
             .await
             .map_err(|e| format!("warm.packages: {}", e.message))?;
         crate::packages::install::use_env(&mut plan, &ready.entry.env());
         Some(ready)
     };
     // The script memfd stays empty: the bootstrap writes the job's code itself.
-    let code = super::job::code_memfd(b"")?;
-    let (in_r, in_w) = pipe()?;
-    let (out_r, out_w) = pipe()?;
-    let (err_r, err_w) = pipe()?;
-    let mut events = daemon
-        .spawner
-        .spawn(
-            &plan,
-            [code.as_fd(), in_r.as_fd(), out_w.as_fd(), err_w.as_fd()],
-        )
-        .await
-        .map_err(|e| crate::error_chain(&e))?;
-    drop((code, in_r, out_w, err_w));
+    let super::job::Launched {
+        mut events,
+        stdin,
+        stdout,
+        stderr,
+    } = super::job::launch(daemon, &plan, b"").await?;
     let landlock = loop {
         match events.recv().await {
             Some(FromSpawner::Running { landlock, .. }) => break landlock,
@@ -350,7 +306,7 @@ async fn build(daemon: &Arc<Daemon>, active: &Arc<ActiveProfile>) -> Result<Warm
     };
     // The bootstrap says it is waiting with one NUL byte on stderr; anything else is its
     // failure (a traceback from a preload import, say), reported here.
-    let err_r = match await_ready(err_r).await {
+    let stderr = match await_ready(stderr).await {
         Ok(fd) => fd,
         Err(why) => {
             daemon.spawner.kill(job_id, KillCause::Shutdown).await;
@@ -361,9 +317,9 @@ async fn build(daemon: &Arc<Daemon>, active: &Arc<ActiveProfile>) -> Result<Warm
     Ok(WarmSandbox {
         job_id,
         events,
-        stdin: in_w,
-        stdout: out_r,
-        stderr: err_r,
+        stdin,
+        stdout,
+        stderr,
         landlock,
         env,
         active: active.clone(),
