@@ -95,6 +95,32 @@ pub fn require_root() -> bool {
     false
 }
 
+/// A host file holding `contents` that no job may read, in a fresh directory under
+/// /var/tmp (a real host filesystem, unlike the test's tmpfs); gone with the `TempDir`.
+pub fn plant_canary(contents: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::Builder::new()
+        .prefix("vivarium-canary-")
+        .tempdir_in("/var/tmp")
+        .expect("canary dir");
+    let file = dir.path().join("secret.txt");
+    std::fs::write(&file, contents).expect("write canary");
+    (dir, file)
+}
+
+/// The shipped unit's `CapabilityBoundingSet=` as a `setpriv --bounding-set` argument.
+pub fn unit_bounding_set() -> String {
+    let unit = std::fs::read_to_string(workspace_dir().join("dist/systemd/vivariumd.service"))
+        .expect("the service unit");
+    let caps: Vec<String> = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("CapabilityBoundingSet="))
+        .expect("the unit sets CapabilityBoundingSet=")
+        .split_whitespace()
+        .map(|c| format!("+{}", c.trim_start_matches("CAP_").to_lowercase()))
+        .collect();
+    format!("-all,{}", caps.join(","))
+}
+
 /// A probe script from `tests/probes/`, by file stem.
 pub fn probe(name: &str) -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))

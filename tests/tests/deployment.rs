@@ -542,16 +542,7 @@ async fn the_units_capability_bounding_set_is_enough() {
     if !require_root() || !require_tool("setpriv") {
         return;
     }
-    let unit = std::fs::read_to_string(workspace_dir().join("dist/systemd/vivariumd.service"))
-        .expect("the service unit");
-    let caps: Vec<String> = unit
-        .lines()
-        .find_map(|l| l.strip_prefix("CapabilityBoundingSet="))
-        .expect("the unit sets CapabilityBoundingSet=")
-        .split_whitespace()
-        .map(|c| format!("+{}", c.trim_start_matches("CAP_").to_lowercase()))
-        .collect();
-    let set = format!("-all,{}", caps.join(","));
+    let set = vivarium_e2e::unit_bounding_set();
     let daemon =
         Daemon::start(DaemonOpts::default().exec_prefix(&["setpriv", "--bounding-set", &set]));
     let status = std::fs::read_to_string(format!("/proc/{}/status", daemon.pid())).unwrap();
@@ -562,7 +553,7 @@ async fn the_units_capability_bounding_set_is_enough() {
         .unwrap();
     assert_eq!(
         bounding.count_ones() as usize,
-        caps.len(),
+        set.matches('+').count(),
         "{set}: CapBnd {bounding:x}"
     );
 

@@ -138,12 +138,7 @@ async fn host_secrets_are_out_of_reach() {
     if !require_root() {
         return;
     }
-    let canary_dir = tempfile::Builder::new()
-        .prefix("vivarium-canary-")
-        .tempdir_in("/var/tmp")
-        .expect("canary dir");
-    let canary = canary_dir.path().join("secret.txt");
-    std::fs::write(&canary, "canary-secret-7f3a").expect("write canary");
+    let (_canary_dir, canary) = vivarium_e2e::plant_canary("canary-secret-7f3a");
     let canary_path = canary.to_str().unwrap();
     let daemon = Daemon::start(DaemonOpts::default().env("VIVARIUM_TEST_CANARY", "secret123"));
     let ev = run_probe(&daemon, "secrets", &[canary_path]).await;

@@ -620,16 +620,7 @@ async fn an_install_past_its_timeout_is_killed_with_a_typed_error() {
 #[tokio::test(flavor = "multi_thread")]
 async fn packages_work_under_the_units_capability_bounding_set() {
     let Some(fx) = Fixture::new() else { return };
-    let unit = std::fs::read_to_string(workspace_dir().join("dist/systemd/vivariumd.service"))
-        .expect("the service unit");
-    let caps: Vec<String> = unit
-        .lines()
-        .find_map(|l| l.strip_prefix("CapabilityBoundingSet="))
-        .expect("the unit sets CapabilityBoundingSet=")
-        .split_whitespace()
-        .map(|c| format!("+{}", c.trim_start_matches("CAP_").to_lowercase()))
-        .collect();
-    let set = format!("-all,{}", caps.join(","));
+    let set = vivarium_e2e::unit_bounding_set();
     let daemon = Daemon::start(
         fx.opts(1 << 30)
             .profile("offline", &fx.offline_profile(&[]))

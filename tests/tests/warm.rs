@@ -97,12 +97,7 @@ async fn a_warm_job_is_isolated_exactly_like_a_cold_one() {
     if !require_root() {
         return;
     }
-    let canary_dir = tempfile::Builder::new()
-        .prefix("vivarium-canary-")
-        .tempdir_in("/var/tmp")
-        .expect("canary dir");
-    let canary = canary_dir.path().join("secret.txt");
-    std::fs::write(&canary, "canary-secret-warm").expect("write canary");
+    let (_canary_dir, canary) = vivarium_e2e::plant_canary("canary-secret-warm");
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind host listener");
     let port = listener.local_addr().unwrap().port().to_string();
     let daemon = start(2, 300);

@@ -118,14 +118,15 @@ pub fn eligible(
     limits: &crate::profile::JobLimits,
     packages: &[crate::packages::spec::Req],
 ) -> bool {
+    if active.profile.file.warm.pool == 0 || daemon.facts.cgroup.is_none() {
+        return false; // the common case: no warm path for this profile
+    }
     let own = active.profile.default_limits();
     let mut asked: Vec<&str> = packages.iter().map(|r| r.text.as_str()).collect();
     asked.sort_unstable();
     asked.dedup();
     let offered = active.profile.warm_packages.iter().map(|r| r.text.as_str());
-    active.profile.file.warm.pool > 0
-        && daemon.facts.cgroup.is_some()
-        && limits.memory_bytes == own.memory_bytes
+    limits.memory_bytes == own.memory_bytes
         && limits.pids == own.pids
         && asked.into_iter().eq(offered)
 }
