@@ -47,6 +47,13 @@ pub struct WarmSection {
     /// sandbox of this profile; a job asking for exactly this set takes one.
     #[serde(default)]
     pub packages: Vec<String>,
+    /// Build this profile's warm sandboxes by forking a zygote: one interpreter per
+    /// profile that has started and preloaded once, from which each job's sandbox is
+    /// forked and given its own namespaces, cgroup, Landlock and seccomp (see
+    /// docs/ARCHITECTURE.md, "The zygote"). A job that finds no ready sandbox then gets
+    /// a freshly forked one instead of a cold start.
+    #[serde(default)]
+    pub zygote: bool,
 }
 
 fn default_warm_idle_secs() -> u64 {
@@ -60,6 +67,7 @@ impl Default for WarmSection {
             idle_secs: default_warm_idle_secs(),
             preload: Vec::new(),
             packages: Vec::new(),
+            zygote: false,
         }
     }
 }
@@ -289,7 +297,7 @@ impl Profile {
         if file.warm.pool > MAX_WARM_POOL {
             return Err(bad("warm.pool", format!("must be at most {MAX_WARM_POOL}")));
         }
-        if file.warm.pool > 0 && file.warm.idle_secs == 0 {
+        if (file.warm.pool > 0 || file.warm.zygote) && file.warm.idle_secs == 0 {
             return Err(bad("warm.idle_secs", "must be greater than 0".into()));
         }
         for m in &file.warm.preload {

@@ -154,6 +154,12 @@ pub fn set_no_new_privs() -> io::Result<()> {
     prctl(libc::PR_SET_NO_NEW_PRIVS, 1)
 }
 
+/// PR_SET_DUMPABLE: whether processes of the same uid may ptrace this one or read its
+/// /proc entries (hidepid=invisible hides a non-dumpable process from them).
+pub fn set_dumpable(on: bool) -> io::Result<()> {
+    prctl(libc::PR_SET_DUMPABLE, libc::c_ulong::from(on))
+}
+
 /// Lock the securebits so that uid 0 inside never regains capabilities (NOROOT), no
 /// capability survives a uid change (KEEP_CAPS off, locked) and ambient capabilities
 /// cannot be raised. NO_SETUID_FIXUP stays off so setresuid clears the permitted set.
@@ -199,6 +205,18 @@ pub fn dup_onto(fd: BorrowedFd<'_>, target: RawFd) -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// A close-on-exec duplicate of `fd` numbered `min` or above (F_DUPFD_CLOEXEC): moves
+/// a descriptor out of the way of fixed numbers that are about to be dup2'd onto.
+pub fn dup_at_least(fd: BorrowedFd<'_>, min: RawFd) -> io::Result<OwnedFd> {
+    // SAFETY: F_DUPFD_CLOEXEC takes an int argument and returns a new descriptor.
+    let ret = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, min) };
+    if ret == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the descriptor was just created and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(ret) })
 }
 
 /// execve with prepared, NUL-terminated argv and envp. Returns only on failure.

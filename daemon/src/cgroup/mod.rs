@@ -311,6 +311,29 @@ impl JobCgroup {
         }
     }
 
+    /// The files a process writes `0` to in order to move itself in (v1: `tasks` of each
+    /// hierarchy; v2: `cgroup.procs`), opened for writing here, by the spawner: the
+    /// kernel checks the opener's credentials, so a job's init in a user namespace can
+    /// attach itself with them (a zygote's child, which the spawner did not clone).
+    pub fn attach_files(&self) -> Result<Vec<std::os::fd::OwnedFd>, CgroupError> {
+        let file = match &self.backend {
+            JobBackend::V1(_) => "tasks",
+            JobBackend::V2(_) => "cgroup.procs",
+        };
+        self.paths()
+            .into_iter()
+            .map(|dir| {
+                let path = dir.join(file);
+                nix::fcntl::open(
+                    &path,
+                    nix::fcntl::OFlag::O_WRONLY | nix::fcntl::OFlag::O_CLOEXEC,
+                    nix::sys::stat::Mode::empty(),
+                )
+                .map_err(|source| CgroupError::Attach { path, source })
+            })
+            .collect()
+    }
+
     /// v2: the job directory opened `O_RDONLY | O_DIRECTORY | O_CLOEXEC`, for clone3's
     /// `CLONE_INTO_CGROUP`. `None` on v1.
     pub fn dir_fd(&self) -> Option<BorrowedFd<'_>> {

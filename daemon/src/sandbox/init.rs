@@ -81,6 +81,8 @@ pub struct InitFds {
     pub stdin: OwnedFd,
     pub stdout: OwnedFd,
     pub stderr: OwnedFd,
+    /// Handed to the payload as fds 3, 4, ...: a zygote's control socket and library.
+    pub extra: Vec<OwnedFd>,
 }
 
 pub struct InitArgs<'a> {
@@ -118,7 +120,10 @@ pub fn run(args: InitArgs<'_>) -> ! {
         &fds.stdout,
         &fds.stderr,
     ]
-    .map(|f| f.as_raw_fd() as u32);
+    .into_iter()
+    .chain(&fds.extra)
+    .map(|f| f.as_raw_fd() as u32)
+    .collect::<Vec<_>>();
     if !args.weakening.drops(Layer::CloseFds)
         && sys::close_all_except(&[&keep[..], &[0, 1, 2]].concat()).is_err()
     {
@@ -140,6 +145,7 @@ pub fn run(args: InitArgs<'_>) -> ! {
         stdin: fds.stdin,
         stdout: fds.stdout,
         stderr: fds.stderr,
+        extra: fds.extra,
     };
     match init(
         plan,
@@ -163,6 +169,7 @@ struct ChildFds {
     stdin: OwnedFd,
     stdout: OwnedFd,
     stderr: OwnedFd,
+    extra: Vec<OwnedFd>,
 }
 
 fn init(
@@ -170,7 +177,7 @@ fn init(
     prepared: &Prepared,
     new_root: PathBuf,
     (kernel_landlock_abi, rootless, weakening): (u32, bool, &Weakening),
-    fds: ChildFds,
+    mut fds: ChildFds,
     status: &std::fs::File,
 ) -> Result<(), SetupError> {
     // 1. Wait for the maps (and, on cgroup v1, nothing else: we were cloned inside
@@ -245,8 +252,18 @@ fn init(
     rlimit::apply(&plan.rlimits)?;
 
     // 4. Fork the payload; stay as its reaper.
-    let (exec_r, exec_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+    let (exec_r, mut exec_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
         .map_err(|e| SetupError::errno("pipe", e))?;
+    if !fds.extra.is_empty() {
+        // The payload dup2s the extra fds onto 3, 4, ...: nothing it still needs may
+        // have those numbers.
+        let high = |fd: &OwnedFd| {
+            sys::dup_at_least(fd.as_fd(), 64)
+                .map_err(|e| SetupError::io("dup", "extra".as_ref(), &e))
+        };
+        exec_w = high(&exec_w)?;
+        fds.extra = fds.extra.iter().map(high).collect::<Result<_, _>>()?;
+    }
     // SAFETY: init is single-threaded (it is a clone of the single-threaded spawner),
     // so the child may keep running Rust code after fork.
     #[allow(unsafe_code)]
@@ -256,7 +273,7 @@ fn init(
             drop(exec_r);
             let stdio = [fds.stdin, fds.stdout, fds.stderr];
             let layers = (kernel_landlock_abi, rootless, weakening);
-            let err = match payload(&stdio, plan, prepared, layers, &exec_w) {
+            let err = match payload(&stdio, &fds.extra, plan, prepared, layers, &exec_w) {
                 Ok(never) => match never {},
                 Err(e) => e,
             };
@@ -268,11 +285,30 @@ fn init(
     };
     // The payload has the only copies of stdio that matter: EOF reaches the server
     // as soon as the job's processes are gone.
-    drop((fds.stdin, fds.stdout, fds.stderr, exec_w));
+    drop((fds.stdin, fds.stdout, fds.stderr, fds.extra, exec_w));
     if !weakening.is_empty() {
         weaken::init_after_fork(weakening)?;
     }
+    // (Without a pid namespace of its own, a test-only weakening, kill(-1) would reach
+    // beyond the job: only the payload's process group is killed then.)
+    let everyone = if weakening.drops(Layer::PidNs) {
+        Pid::from_raw(-payload.as_raw())
+    } else {
+        Pid::from_raw(-1)
+    };
+    supervise(payload, exec_r, status, everyone)
+}
 
+/// Init's part once the payload is forked: relay the payload's setup report (`Running`
+/// or `Failed`), reap until the payload ends, then end and reap whatever it left
+/// (`everyone`: -1, or the payload's process group) and report `Exited`. Shared by a
+/// cold job's init and a zygote job's (`super::zygote`).
+pub(crate) fn supervise(
+    payload: Pid,
+    exec_r: OwnedFd,
+    status: &std::fs::File,
+    everyone: Pid,
+) -> Result<(), SetupError> {
     let mut buf = Vec::new();
     let _ = std::fs::File::from(exec_r).read_to_end(&mut buf);
     let mut landlock = None;
@@ -298,13 +334,6 @@ fn init(
     // The job is over: end whatever it left running (kill(-1) from a pid namespace's
     // init reaches every other process in it) and reap it all, so that when the
     // spawner hears `Exited`, only this process is left.
-    // (Without a pid namespace of its own, a test-only weakening, kill(-1) would
-    // reach beyond the job: only the payload's process group is killed then.)
-    let everyone = if weakening.drops(Layer::PidNs) {
-        Pid::from_raw(-payload.as_raw())
-    } else {
-        Pid::from_raw(-1)
-    };
     let _ = nix::sys::signal::kill(everyone, nix::sys::signal::Signal::SIGKILL);
     while !matches!(waitpid(Pid::from_raw(-1), None), Err(nix::Error::ECHILD)) {}
     let disk_full = ["/work", "/tmp", "/dev/shm"].iter().any(|p| {
@@ -350,6 +379,7 @@ fn reap_until(payload: Pid) -> WaitStatus {
 /// The payload's half of the setup order (steps 5 to 8). Returns only on failure.
 fn payload(
     stdio: &[OwnedFd; 3],
+    extra: &[OwnedFd],
     plan: &JobPlan,
     prepared: &Prepared,
     (kernel_landlock_abi, rootless, weakening): (u32, bool, &Weakening),
@@ -361,19 +391,26 @@ fn payload(
         sys::dup_onto(fd.as_fd(), target as i32)
             .map_err(|e| SetupError::io("dup2", "stdio".as_ref(), &e))?;
     }
+    for (i, fd) in extra.iter().enumerate() {
+        sys::dup_onto(fd.as_fd(), 3 + i as i32)
+            .map_err(|e| SetupError::io("dup2", "extra".as_ref(), &e))?;
+    }
     if !weakening.drops(Layer::CloseFds) {
-        sys::cloexec_from(3).map_err(|e| SetupError::io("close_range", "/".as_ref(), &e))?;
+        sys::cloexec_from(3 + extra.len() as u32)
+            .map_err(|e| SetupError::io("close_range", "/".as_ref(), &e))?;
     }
     nix::unistd::chdir("/work").map_err(|e| SetupError::errno("chdir", e))?;
 
-    // 6. Capabilities, then identity.
-    if !weakening.drops(Layer::Caps) {
+    // 6. Capabilities, then identity. (A zygote keeps its capabilities in this user
+    //    namespace, and has neither Landlock nor seccomp: it makes each job's
+    //    namespaces and mounts, and every job drops them and applies both layers.)
+    if !weakening.drops(Layer::Caps) && !plan.is_zygote {
         drop_privileges(rootless)?;
     }
 
     // 7. no_new_privs, Landlock, seccomp last.
     sys::set_no_new_privs().map_err(|e| SetupError::io("no_new_privs", "/".as_ref(), &e))?;
-    let status = if weakening.drops(Layer::Landlock) {
+    let status = if weakening.drops(Layer::Landlock) || plan.is_zygote {
         vivarium_proto::LandlockStatus::NotEnforced
     } else {
         landlock::apply(&plan.landlock, kernel_landlock_abi)?
@@ -391,7 +428,7 @@ fn payload(
         .map(|a| a.as_ptr())
         .chain(std::iter::once(std::ptr::null()))
         .collect();
-    let filters: &[BpfProgram] = if weakening.drops(Layer::Seccomp) {
+    let filters: &[BpfProgram] = if weakening.drops(Layer::Seccomp) || plan.is_zygote {
         &[]
     } else {
         &prepared.filters
@@ -412,7 +449,7 @@ fn payload(
 }
 
 /// Step 6: every capability gone, securebits locked, the unprivileged ids.
-fn drop_privileges(rootless: bool) -> Result<(), SetupError> {
+pub(crate) fn drop_privileges(rootless: bool) -> Result<(), SetupError> {
     caps::drop_bounding_ambient_inheritable()?;
     sys::lock_securebits().map_err(|e| SetupError::io("securebits", "/".as_ref(), &e))?;
     if !rootless {

@@ -10,6 +10,7 @@ pub mod report;
 pub mod rlimit;
 pub mod seccomp;
 pub mod weaken;
+pub mod zygote;
 
 use std::path::Path;
 

@@ -254,16 +254,7 @@ pub fn populate(steps: &[MountStep], owner: (u32, u32)) -> Result<(), SetupError
             MountStep::Proc { path } => {
                 let target = at(new_root, path);
                 mkdir_p(&target)?;
-                // hidepid=invisible: the payload (uid 1000) cannot see init (uid 0
-                // inside), whose /proc/1/cmdline would name the daemon's binary.
-                mount(
-                    Some("proc"),
-                    &target,
-                    Some("proc"),
-                    MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
-                    Some("hidepid=invisible"),
-                )
-                .map_err(|e| SetupError::nix("proc", &target, e))?;
+                proc(&target)?;
             }
             MountStep::Mask { path, contents } => {
                 // The source lives in the anchor, outside the new root; the bind keeps
@@ -294,6 +285,93 @@ pub fn populate(steps: &[MountStep], owner: (u32, u32)) -> Result<(), SetupError
         NONE,
     )
     .map_err(|e| SetupError::nix("remount-root-ro", new_root, e))
+}
+
+/// A job forked from a zygote: the zygote's read-only root is already in place (the
+/// binds, files, devices and symlinks of `steps`); only the per-job mounts are made, in
+/// a mount namespace of the job's own (a copy of the zygote's, owned by the same user
+/// namespace, so nothing in it is locked yet): the zygote's tmpfs mounts and procfs are
+/// detached and fresh ones take their places, and the masks go over the new procfs. A
+/// mask's source file is written to the first fresh tmpfs, bound, and unlinked (the
+/// bind keeps it alive). The caller's cwd must not matter (it is moved to `/`).
+pub fn populate_fresh(steps: &[MountStep], owner: (u32, u32)) -> Result<(), SetupError> {
+    chdir("/").map_err(|e| SetupError::nix("chdir", Path::new("/"), e))?;
+    let detach = |path: &Path| {
+        umount2(path, MntFlags::MNT_DETACH).map_err(|e| SetupError::nix("umount", path, e))
+    };
+    let mut scratch: Option<&Path> = None;
+    for step in steps {
+        match step {
+            MountStep::Tmpfs {
+                path,
+                size,
+                inodes,
+                mode,
+            } => {
+                detach(path)?;
+                tmpfs(path, *size, *inodes, *mode, MsFlags::MS_NOEXEC)?;
+                chown(
+                    path,
+                    Some(Uid::from_raw(owner.0)),
+                    Some(Gid::from_raw(owner.1)),
+                )
+                .map_err(|e| SetupError::nix("chown", path, e))?;
+                scratch.get_or_insert(path);
+            }
+            MountStep::Proc { path } => {
+                // A new procfs is allowed only while a fully visible one is mounted in
+                // this namespace (the zygote's): mount it aside, detach the zygote's
+                // (with the masks over it), move the new one in.
+                let dir = scratch.ok_or_else(|| SetupError::Other {
+                    step: "proc",
+                    detail: "no tmpfs before /proc".into(),
+                })?;
+                let aside = dir.join(".vivarium-proc");
+                mkdir_p(&aside)?;
+                proc(&aside)?;
+                detach(path)?;
+                mount(Some(&aside), path, NONE, MsFlags::MS_MOVE, NONE)
+                    .map_err(|e| SetupError::nix("move-proc", path, e))?;
+                std::fs::remove_dir(&aside).map_err(|e| SetupError::io("rmdir", &aside, &e))?;
+            }
+            MountStep::Mask { path, contents } => {
+                let dir = scratch.ok_or_else(|| SetupError::Other {
+                    step: "mask",
+                    detail: "no tmpfs before the mask".into(),
+                })?;
+                let source = dir.join(".vivarium-mask");
+                std::fs::write(&source, contents)
+                    .map_err(|e| SetupError::io("write", &source, &e))?;
+                let flags = MsFlags::MS_RDONLY
+                    | MsFlags::MS_NOSUID
+                    | MsFlags::MS_NODEV
+                    | MsFlags::MS_NOEXEC;
+                let bound = bind_file(&source, path, flags);
+                std::fs::remove_file(&source).map_err(|e| SetupError::io("unlink", &source, &e))?;
+                bound?;
+            }
+            MountStep::BindRo { .. }
+            | MountStep::BindRw { .. }
+            | MountStep::Symlink { .. }
+            | MountStep::File { .. }
+            | MountStep::Device { .. } => {}
+        }
+    }
+    Ok(())
+}
+
+/// A procfs for the caller's pid namespace at `target`.
+fn proc(target: &Path) -> Result<(), SetupError> {
+    // hidepid=invisible: the payload (uid 1000) cannot see init (uid 0 inside), whose
+    // /proc/1/cmdline would name the daemon's binary.
+    mount(
+        Some("proc"),
+        target,
+        Some("proc"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        Some("hidepid=invisible"),
+    )
+    .map_err(|e| SetupError::nix("proc", target, e))
 }
 
 /// Make the working directory (the new root, a tmpfs mount point) the root and detach

@@ -116,6 +116,23 @@ pub struct JobPlan {
     /// clone (a package install's build directory, bound with `BindRw`).
     #[serde(default)]
     pub own_dirs: Vec<PathBuf>,
+    /// A warm sandbox that the spawner may build by forking the profile's zygote (see
+    /// `sandbox::zygote`) instead of a cold start; `None`: always a cold start.
+    #[serde(default)]
+    pub zygote: Option<ZygotePlan>,
+    /// This plan starts a zygote: its interpreter keeps its capabilities in the
+    /// sandbox's user namespace and gets neither Landlock nor seccomp (it builds each
+    /// job's namespaces and mounts; every job applies both layers itself), and it gets
+    /// the spawner's control socket and the zygote library as fds 3 and 4.
+    #[serde(default)]
+    pub is_zygote: bool,
+}
+
+/// How a profile's zygote is kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ZygotePlan {
+    /// The zygote ends after this long without a job.
+    pub idle_secs: u64,
 }
 
 /// The warm sandbox's `-c` program: read one job from stdin (the header of
@@ -310,6 +327,8 @@ pub fn build(
         warm: false,
         host_network: false,
         own_dirs: Vec::new(),
+        zygote: None,
+        is_zygote: false,
     }
 }
 
@@ -329,6 +348,10 @@ pub fn build_warm(
     // The modules to import before waiting: the bootstrap's own argv.
     plan.argv.extend(profile.file.warm.preload.iter().cloned());
     plan.warm = true;
+    let warm = &profile.file.warm;
+    plan.zygote = warm.zygote.then_some(ZygotePlan {
+        idle_secs: warm.idle_secs,
+    });
     plan
 }
 

@@ -12,10 +12,6 @@ def _vivarium_preload():
         __import__(name)
 
 
-_vivarium_preload()
-# Ready: one NUL byte on stderr, which the daemon reads before it lists this sandbox as
-# ready (so a job never meets an interpreter that failed to start).
-os.write(2, b"\0")
 
 
 def _vivarium_job():
@@ -94,4 +90,10 @@ def _vivarium_run():
     _vivarium_exit(status)
 
 
-_vivarium_run()
+# (A zygote, see zygote_bootstrap.py, uses the functions above and runs its own loop.)
+if "_vivarium_zygote" not in globals():
+    _vivarium_preload()
+    # Ready: one NUL byte on stderr, which the daemon reads before it lists this sandbox
+    # as ready (so a job never meets an interpreter that failed to start).
+    os.write(2, b"\0")
+    _vivarium_run()

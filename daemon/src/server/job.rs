@@ -88,7 +88,14 @@ pub async fn run(
         };
         // A warm sandbox, if one fits (it brings its packages, if any, installed).
         let warm = if super::warm::eligible(&daemon, &req.active, &req.limits, &req.packages) {
-            daemon.warm.take(&req.profile, &req.active)
+            match daemon.warm.take(&req.profile, &req.active) {
+                // None ready: with a zygote, fork one now (a few ms) rather than start cold.
+                None if req.active.profile.file.warm.zygote => super::warm::build(&daemon, &req.active)
+                    .await
+                    .inspect_err(|why| tracing::warn!(error = %why, "no sandbox from the zygote; starting cold"))
+                    .ok(),
+                found => found,
+            }
         } else {
             None
         };

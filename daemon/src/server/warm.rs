@@ -118,7 +118,8 @@ pub fn eligible(
     limits: &crate::profile::JobLimits,
     packages: &[crate::packages::spec::Req],
 ) -> bool {
-    if active.profile.file.warm.pool == 0 || daemon.facts.cgroup.is_none() {
+    let warm = &active.profile.file.warm;
+    if (warm.pool == 0 && !warm.zygote) || daemon.facts.cgroup.is_none() {
         return false; // the common case: no warm path for this profile
     }
     let own = active.profile.default_limits();
@@ -269,7 +270,10 @@ async fn await_ready(err_r: OwnedFd) -> Result<OwnedFd, String> {
 }
 
 /// Build one warm sandbox and wait until its interpreter has been exec'd.
-async fn build(daemon: &Arc<Daemon>, active: &Arc<ActiveProfile>) -> Result<WarmSandbox, String> {
+pub(super) async fn build(
+    daemon: &Arc<Daemon>,
+    active: &Arc<ActiveProfile>,
+) -> Result<WarmSandbox, String> {
     let job_id = daemon
         .next_job
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -6,6 +6,7 @@
 //! and the deadlines (wall clock, and CPU time sampled from the job's cgroup).
 
 pub mod link;
+mod zygote;
 
 use crate::cgroup::{Cgroups, JobCgroup, Limits, Version};
 use crate::sandbox::init::{self, InitArgs, InitFds, Prepared};
@@ -38,7 +39,9 @@ struct Job {
     status: std::fs::File,
     buf: Vec<u8>,
     cgroup: Option<JobCgroup>,
-    slot: u32,
+    /// The host id pair of its user namespace; `None` for a job forked from a zygote
+    /// (which lives in the zygote's).
+    slot: Option<u32>,
     started: Instant,
     deadline: Instant,
     cpu_limit_ns: u64,
@@ -47,10 +50,14 @@ struct Job {
     cpu_base_ns: u64,
     /// The sync pipe's write end, kept open while the job lives: init's check that
     /// the spawner is still there when it arms its parent-death signal.
-    _lifeline: std::fs::File,
+    _lifeline: Option<std::fs::File>,
     report: JobReport,
     /// `Finished` was sent (at init's `Exited`); what is left is reaping and cleanup.
     reported: bool,
+    /// A zygote (the server does not know it: nothing about it goes on the link).
+    internal: bool,
+    /// The id of the zygote this job was forked from.
+    zygote: Option<u64>,
 }
 
 struct Spawner {
@@ -61,6 +68,7 @@ struct Spawner {
     landlock_abi: u32,
     jobs: Vec<Job>,
     free_slots: Vec<u32>,
+    zygotes: zygote::Zygotes,
 }
 
 /// Entry point of `vivariumd __spawner`. The link socket is fd 3.
@@ -189,6 +197,7 @@ fn run(link: OwnedFd) -> Result<(), String> {
     let mut spawner = Spawner {
         link,
         free_slots: (0..config.max_jobs).rev().collect(),
+        zygotes: zygote::Zygotes::new(),
         config,
         cgroups,
         landlock_abi,
@@ -218,6 +227,9 @@ impl Spawner {
                 .map(|j| j.deadline.saturating_duration_since(now))
                 .min()
                 .unwrap_or(Duration::from_secs(3600));
+            if let Some(t) = self.zygotes.next_idle_deadline() {
+                timeout = timeout.min(t.saturating_duration_since(now));
+            }
             if self
                 .jobs
                 .iter()
@@ -230,6 +242,10 @@ impl Spawner {
                 fds.push(PollFd::new(job.pidfd.as_fd(), PollFlags::POLLIN));
                 fds.push(PollFd::new(job.status.as_fd(), PollFlags::POLLIN));
             }
+            let zygote_ids: Vec<u64> = self.zygotes.list.iter().map(|z| z.job_id).collect();
+            for z in &self.zygotes.list {
+                fds.push(PollFd::new(z.ctl.as_fd(), PollFlags::POLLIN));
+            }
             let ms = timeout.as_millis().min(60_000) as u16;
             match poll(&mut fds, PollTimeout::from(ms.max(1))) {
                 Ok(_) | Err(nix::Error::EINTR) => {}
@@ -240,10 +256,16 @@ impl Spawner {
                 .map(|f| f.revents().is_some_and(|r| !r.is_empty()))
                 .collect();
             drop(fds);
-            // The link first: a warm job's `Arm` was sent before its code, so it must be
+            // Zygotes first (ready, or gone): they change no job index.
+            let polled = self.jobs.len();
+            for (k, id) in zygote_ids.iter().enumerate() {
+                if ready[1 + 2 * polled + k] {
+                    self.zygote_event(*id);
+                }
+            }
+            // Then the link: a warm job's `Arm` was sent before its code, so it must be
             // applied before that job's end is handled. (A `Spawn` appends a job, which
             // this round's `ready` does not cover.)
-            let polled = self.jobs.len();
             if ready[0] {
                 match recv_msg(&self.link) {
                     Ok(Some((msg, fds))) => {
@@ -276,6 +298,7 @@ impl Spawner {
                 self.finish(job);
             }
             self.enforce_deadlines();
+            self.retire_idle_zygotes();
         }
     }
 
@@ -284,20 +307,8 @@ impl Spawner {
         match msg {
             ToSpawner::Spawn(plan) => {
                 let id = plan.job_id;
-                if let Err(failure) = self.spawn(*plan, fds) {
-                    let report = JobReport {
-                        failure: Some(failure),
-                        cgroup: self.cgroup_version(),
-                        ..Default::default()
-                    };
-                    let _ = send_msg(
-                        &self.link,
-                        &FromSpawner::Finished {
-                            job_id: id,
-                            report: Box::new(report),
-                        },
-                    );
-                }
+                let result = self.spawn(*plan, fds);
+                self.started(id, result.map(|()| None));
             }
             ToSpawner::Arm {
                 job_id,
@@ -328,6 +339,28 @@ impl Spawner {
             ToSpawner::Init(_) => {}
         }
         true
+    }
+
+    /// A job's start is over: keep it (`Some`), or report its failure to the server.
+    fn started(&mut self, id: u64, result: Result<Option<Job>, Failure>) {
+        match result {
+            Ok(Some(job)) => self.jobs.push(job),
+            Ok(None) => {}
+            Err(failure) => {
+                let report = JobReport {
+                    failure: Some(failure),
+                    cgroup: self.cgroup_version(),
+                    ..Default::default()
+                };
+                let _ = send_msg(
+                    &self.link,
+                    &FromSpawner::Finished {
+                        job_id: id,
+                        report: Box::new(report),
+                    },
+                );
+            }
+        }
     }
 
     fn enforce_deadlines(&mut self) {
@@ -362,14 +395,37 @@ impl Spawner {
 
     /// Build and start one job. On error nothing of the job is left behind.
     fn spawn(&mut self, plan: JobPlan, fds: Vec<OwnedFd>) -> Result<(), Failure> {
+        let fds = match self.route(&plan, fds)? {
+            zygote::Route::Cold(fds) => fds,
+            zygote::Route::Forked(job) => {
+                self.jobs.push(*job);
+                return Ok(());
+            }
+            zygote::Route::Deferred => return Ok(()),
+        };
+        let [code, stdin, stdout, stderr]: [OwnedFd; 4] = fds.try_into().map_err(|_| Failure {
+            step: "link".into(),
+            detail: "spawn needs exactly 4 fds".into(),
+            errno: 0,
+        })?;
+        let job = self.build_job(plan, [code, stdin, stdout, stderr], Vec::new())?;
+        self.jobs.push(job);
+        Ok(())
+    }
+
+    /// A cold start: an id slot, a cgroup, clone3 into new namespaces; `extra` fds go to
+    /// the payload as fds 3, 4, ... (a zygote's).
+    fn build_job(
+        &mut self,
+        plan: JobPlan,
+        stdio: [OwnedFd; 4],
+        extra: Vec<OwnedFd>,
+    ) -> Result<Job, Failure> {
         let fail = |step: &str, detail: String| Failure {
             step: step.into(),
             detail,
             errno: 0,
         };
-        let [code, stdin, stdout, stderr]: [OwnedFd; 4] = fds
-            .try_into()
-            .map_err(|_| fail("link", "spawn needs exactly 4 fds".into()))?;
         let prepared = Prepared::new(&plan).map_err(|e| fail("prepare", e.to_string()))?;
         let slot = self
             .free_slots
@@ -381,7 +437,11 @@ impl Spawner {
             cpu_quota_us: plan.cgroup.cpu_quota_us,
             cpu_period_us: plan.cgroup.cpu_period_us,
         };
-        let name = format!("job-{}", plan.job_id);
+        let name = if plan.is_zygote {
+            format!("zygote-{}", u64::MAX - plan.job_id)
+        } else {
+            format!("job-{}", plan.job_id)
+        };
         let cgroup = match self
             .cgroups
             .as_ref()
@@ -394,47 +454,17 @@ impl Spawner {
                 return Err(fail("cgroup", error_chain(&e)));
             }
         };
-        let result = self.clone_job(
-            &plan,
-            &prepared,
-            cgroup.as_ref(),
-            slot,
-            [code, stdin, stdout, stderr],
-        );
+        let result = self.clone_job(&plan, &prepared, cgroup.as_ref(), slot, stdio, extra);
         match result {
-            Ok((pid, pidfd, status, lifeline)) => {
-                let now = Instant::now();
-                // A warm sandbox has no deadline until its job is delivered (`Arm`);
-                // the server kills unused ones when its pool shrinks.
-                let (wall, cpu_limit_ns) = if plan.warm {
-                    (WARM_UNARMED, 0)
-                } else {
-                    (
-                        Duration::from_millis(plan.wall_ms),
-                        plan.cpu_ms.saturating_mul(1_000_000),
-                    )
-                };
-                self.jobs.push(Job {
-                    id: plan.job_id,
-                    pid,
-                    pidfd,
-                    status,
-                    buf: Vec::new(),
-                    cgroup,
-                    slot,
-                    started: now,
-                    deadline: now + wall,
-                    cpu_limit_ns,
-                    cpu_base_ns: 0,
-                    _lifeline: lifeline,
-                    report: JobReport {
-                        cgroup: self.cgroup_version(),
-                        ..Default::default()
-                    },
-                    reported: false,
-                });
-                Ok(())
-            }
+            Ok((pid, pidfd, status, lifeline)) => Ok(self.new_job(
+                &plan,
+                pid,
+                pidfd,
+                status,
+                cgroup,
+                Some(slot),
+                Some(lifeline),
+            )),
             Err(f) => {
                 if let Some(cg) = cgroup {
                     let _ = cg.kill_all();
@@ -446,6 +476,51 @@ impl Spawner {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
+    fn new_job(
+        &self,
+        plan: &JobPlan,
+        pid: Pid,
+        pidfd: OwnedFd,
+        status: std::fs::File,
+        cgroup: Option<JobCgroup>,
+        slot: Option<u32>,
+        lifeline: Option<std::fs::File>,
+    ) -> Job {
+        let now = Instant::now();
+        // A warm sandbox has no deadline until its job is delivered (`Arm`); the
+        // server kills unused ones when its pool shrinks.
+        let (wall, cpu_limit_ns) = if plan.warm {
+            (WARM_UNARMED, 0)
+        } else {
+            (
+                Duration::from_millis(plan.wall_ms),
+                plan.cpu_ms.saturating_mul(1_000_000),
+            )
+        };
+        Job {
+            id: plan.job_id,
+            pid,
+            pidfd,
+            status,
+            buf: Vec::new(),
+            cgroup,
+            slot,
+            started: now,
+            deadline: now + wall,
+            cpu_limit_ns,
+            cpu_base_ns: 0,
+            _lifeline: lifeline,
+            report: JobReport {
+                cgroup: self.cgroup_version(),
+                ..Default::default()
+            },
+            reported: false,
+            internal: false,
+            zygote: None,
+        }
+    }
+
     fn clone_job(
         &self,
         plan: &JobPlan,
@@ -453,6 +528,7 @@ impl Spawner {
         cgroup: Option<&JobCgroup>,
         slot: u32,
         [code, stdin, stdout, stderr]: [OwnedFd; 4],
+        extra: Vec<OwnedFd>,
     ) -> Result<(Pid, OwnedFd, std::fs::File, std::fs::File), Failure> {
         let os = |step: &str, e: std::io::Error| Failure {
             step: step.into(),
@@ -537,11 +613,12 @@ impl Spawner {
                     stdin,
                     stdout,
                     stderr,
+                    extra,
                 },
             }),
             sys::Forked::Parent { pid, pidfd } => (Pid::from_raw(pid), pidfd),
         };
-        drop((sync_r, status_w, code, stdin, stdout, stderr));
+        drop((sync_r, status_w, code, stdin, stdout, stderr, extra));
         let lifeline = std::fs::File::from(sync_w);
         let write_maps = || -> std::io::Result<()> {
             let (uid_map, gid_map) = if self.config.rootless {
@@ -576,11 +653,15 @@ impl Spawner {
     /// The job's init has exited: reap it, report if that was not done yet, remove the
     /// cgroup, free the id slot.
     fn finish(&mut self, mut job: Job) {
-        let _ = nix::sys::wait::waitpid(job.pid, None);
+        // (A zygote's child is the zygote's to reap: its pid may name anyone later.)
+        if job.zygote.is_none() {
+            let _ = nix::sys::wait::waitpid(job.pid, None);
+        }
         drain_status(&mut job, true, &self.link);
         if !job.reported {
             report_finished(&mut job, &self.link);
         }
+        self.zygote_job_done(&job);
         if let Some(cg) = job.cgroup.take() {
             // The pid namespace is gone with its init; this is belt and braces.
             let _ = cg.kill_all();
@@ -592,7 +673,9 @@ impl Spawner {
                 );
             }
         }
-        self.free_slots.push(job.slot);
+        if let Some(slot) = job.slot {
+            self.free_slots.push(slot);
+        }
     }
 }
 
@@ -600,6 +683,9 @@ impl Spawner {
 fn report_finished(job: &mut Job, link: &OwnedFd) {
     job.reported = true;
     job.report.wall_ms = job.started.elapsed().as_millis() as u64;
+    if job.internal {
+        return; // a zygote: the server does not know it
+    }
     if let Some(Ok(stats)) = job.cgroup.as_ref().map(|cg| cg.stats()) {
         job.report.cpu_ms = stats.cpu_usage_ns.saturating_sub(job.cpu_base_ns) / 1_000_000;
         job.report.peak_memory_bytes = stats.peak_memory_bytes;
@@ -642,7 +728,7 @@ fn drain_status(job: &mut Job, to_eof: bool, link: &OwnedFd) -> bool {
     }
     for msg in decode_all::<InitMsg>(&mut job.buf) {
         match msg {
-            InitMsg::Running { landlock } => {
+            InitMsg::Running { landlock } if !job.internal => {
                 job.report.landlock = Some(landlock);
                 let _ = send_msg(
                     link,
@@ -650,6 +736,13 @@ fn drain_status(job: &mut Job, to_eof: bool, link: &OwnedFd) -> bool {
                         job_id: job.id,
                         landlock,
                     },
+                );
+            }
+            InitMsg::Running { .. } => {}
+            InitMsg::Failed(f) if job.internal => {
+                eprintln!(
+                    "vivariumd spawner: a zygote failed at {}: {}",
+                    f.step, f.detail
                 );
             }
             InitMsg::Failed(f) => job.report.failure = Some(f),

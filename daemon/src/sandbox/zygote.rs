@@ -1,0 +1,328 @@
+//! The zygote: one interpreter per profile that has started and preloaded once, from
+//! which each job's sandbox is forked (docs/ARCHITECTURE.md, "The zygote").
+//!
+//! The zygote itself is started by the spawner like any sandbox (every namespace, the
+//! read-only root, pivot_root, a cgroup) except that its interpreter stays uid 0 of its
+//! own user namespace with its capabilities there, and gets neither Landlock nor
+//! seccomp: it must make each job's namespaces and mounts. It runs only our bootstrap
+//! and the profile's preloads, never a job's code, and holds no secret (a job is a
+//! copy of it). For each job it gets a plan and fds on its control socket, and:
+//!
+//! 1. the zygote: `unshare(CLONE_NEWPID)` then fork, so the child is pid 1 of a pid
+//!    namespace of its own; it sends the child's pidfd to the spawner. The child is the
+//!    job's init ([`job_prepare`], then [`job_init`]):
+//! 2. init moves itself into the job's cgroup (writing `0` to the `tasks`/`cgroup.procs`
+//!    files the spawner opened: a single-threaded process moving itself is the cheap
+//!    attach), makes itself non-dumpable, unshares mount, network, IPC, UTS and cgroup
+//!    namespaces, mounts the job's fresh tmpfs mounts, procfs and masks over the
+//!    zygote's, sets the hostname and the rlimits, then forks the payload and stays as
+//!    its reaper (the same code as a cold job's init: [`super::init::supervise`]).
+//! 3. the payload ([`job_payload`]) unshares a user namespace of its own, whose maps
+//!    init writes (uid and gid 1000 to the zygote namespace's 1000: the payload's host
+//!    uid is not init's), then the same steps as a cold payload: setsid, stdio, every
+//!    other fd closed, cwd, capabilities and ids, no_new_privs, Landlock, seccomp. Then
+//!    it returns to the interpreter, which reads the job from stdin as a warm sandbox
+//!    does.
+//!
+//! These functions run in the zygote's forked children, called through the zygote
+//! library (crate `vivarium-zygote`); they are here so that the job's setup is the same
+//! code as a cold job's.
+
+use super::init::{drop_privileges, supervise, Prepared};
+use super::plan::{JobPlan, SANDBOX_GID, SANDBOX_UID, WARM_BOOTSTRAP};
+use super::report::{encode, Failure, InitMsg, PayloadMsg};
+use super::{landlock, mount, rlimit, SetupError};
+use crate::sys;
+use nix::sched::CloneFlags;
+use nix::unistd::Pid;
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, AsRawFd, IntoRawFd, OwnedFd};
+use std::sync::Mutex;
+
+/// The zygote's control socket (SOCK_SEQPACKET to the spawner) inside its interpreter.
+pub const CTL_FD: i32 = 3;
+/// The zygote library, open for the interpreter to load (`/proc/self/fd/4`).
+pub const LIB_FD: i32 = 4;
+
+/// The zygote's `-c` program: the warm bootstrap's functions, then the zygote's loop.
+pub const ZYGOTE_BOOTSTRAP: &str = concat!(
+    "_vivarium_zygote = True\n",
+    include_str!("warm_bootstrap.py"),
+    include_str!("zygote_bootstrap.py")
+);
+
+/// The file name of the zygote library (a `cdylib`), looked for next to the daemon's
+/// binary, then in `../lib/vivarium/`.
+pub const LIBRARY_NAME: &str = "libvivarium_zygote.so";
+
+/// Where the zygote library is for a daemon whose binary is `exe`, if it is there.
+pub fn find_library(exe: &std::path::Path) -> Option<std::path::PathBuf> {
+    let dir = exe.parent()?;
+    [
+        dir.join(LIBRARY_NAME),
+        dir.join("../lib/vivarium").join(LIBRARY_NAME),
+    ]
+    .into_iter()
+    .find(|p| p.is_file())
+}
+
+/// The plan that starts the zygote for `warm`, a warm sandbox's plan: the same
+/// sandbox, with the zygote's program in place of the warm bootstrap.
+pub fn zygote_plan(warm: &JobPlan, job_id: u64) -> JobPlan {
+    let mut plan = warm.clone();
+    plan.job_id = job_id;
+    for arg in &mut plan.argv {
+        if arg == WARM_BOOTSTRAP {
+            ZYGOTE_BOOTSTRAP.clone_into(arg);
+        }
+    }
+    // Keep numeric libraries single-threaded: a fork copies only the calling thread
+    // (the bootstrap checks that the zygote has one before it serves). What is added
+    // here is named in VIVARIUM_ZYGOTE_ENV, and each job's interpreter removes it all
+    // again: a job's environment is its plan's.
+    let mut added = Vec::new();
+    for var in ["OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"] {
+        if !plan.env.iter().any(|(k, _)| k == var) {
+            plan.env.push((var.into(), "1".into()));
+            added.push(var);
+        }
+    }
+    plan.env
+        .push(("VIVARIUM_ZYGOTE_ENV".into(), added.join(",")));
+    plan.zygote = None;
+    plan.is_zygote = true;
+    plan.warm = true;
+    plan
+}
+
+/// What init keeps between [`job_prepare`] and the fork of the payload.
+struct JobState {
+    plan: JobPlan,
+    prepared: Prepared,
+    status: std::fs::File,
+    stdio: [OwnedFd; 3],
+    /// payload -> init: "my user namespace exists" (one byte).
+    userns: (OwnedFd, OwnedFd),
+    /// init -> payload: "your maps are written" (one byte).
+    mapped: (OwnedFd, OwnedFd),
+    /// payload -> init: [`PayloadMsg`]s; EOF after the report.
+    exec: (OwnedFd, OwnedFd),
+}
+
+static STATE: Mutex<Option<JobState>> = Mutex::new(None);
+
+fn fail(status: &std::fs::File, e: &SetupError) -> ! {
+    let mut w = status;
+    let _ = w.write_all(&encode(&InitMsg::Failed(Failure::from(e))));
+    sys::exit_now(121)
+}
+
+fn pipe() -> Result<(OwnedFd, OwnedFd), SetupError> {
+    nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| SetupError::errno("pipe", e))
+}
+
+/// In the zygote, before each fork: the next child is pid 1 of a new pid namespace.
+/// (`unshare(CLONE_NEWPID)` is refused while the namespace for children already differs
+/// from the caller's own, as it does after the previous job's: it is reset first, with
+/// `setns` to the zygote's own pid namespace.)
+pub fn new_pid_namespace() -> std::io::Result<()> {
+    static OWN: std::sync::OnceLock<OwnedFd> = std::sync::OnceLock::new();
+    let own = match OWN.get() {
+        Some(fd) => fd,
+        None => {
+            let fd = std::fs::File::open("/proc/self/ns/pid")?;
+            OWN.get_or_init(|| fd.into())
+        }
+    };
+    nix::sched::setns(own, CloneFlags::CLONE_NEWPID)?;
+    nix::sched::unshare(CloneFlags::CLONE_NEWPID).map_err(std::io::Error::from)
+}
+
+/// Step 2, in the job's init (the zygote's fresh child). `fds`: the job's stdin, stdout
+/// and stderr, the status pipe's write end, then the cgroup files to write `0` to.
+/// Returns on success; on failure reports `Failed` on the status pipe and exits.
+pub fn job_prepare(plan: &[u8], fds: Vec<OwnedFd>) {
+    std::panic::set_hook(Box::new(|_| sys::exit_now(123)));
+    let mut fds = fds.into_iter();
+    let (Some(stdin), Some(stdout), Some(stderr), Some(status)) =
+        (fds.next(), fds.next(), fds.next(), fds.next())
+    else {
+        sys::exit_now(122)
+    };
+    let status = std::fs::File::from(status);
+    let attach: Vec<OwnedFd> = fds.collect();
+    match prepare(plan, &attach) {
+        Ok((plan, prepared)) => {
+            let state = (|| {
+                Ok::<_, SetupError>(JobState {
+                    plan,
+                    prepared,
+                    status: status
+                        .try_clone()
+                        .map_err(|e| SetupError::io("dup", "status".as_ref(), &e))?,
+                    stdio: [stdin, stdout, stderr],
+                    userns: pipe()?,
+                    mapped: pipe()?,
+                    exec: pipe()?,
+                })
+            })();
+            match state {
+                Ok(s) => *STATE.lock().unwrap_or_else(|p| p.into_inner()) = Some(s),
+                Err(e) => fail(&status, &e),
+            }
+        }
+        Err(e) => fail(&status, &e),
+    }
+}
+
+fn prepare(plan: &[u8], attach: &[OwnedFd]) -> Result<(JobPlan, Prepared), SetupError> {
+    let plan: JobPlan = crate::spawner::link::decode(plan).ok_or(SetupError::Other {
+        step: "zygote-plan",
+        detail: "the job's plan does not decode".into(),
+    })?;
+    let prepared = Prepared::new(&plan).map_err(|e| SetupError::Other {
+        step: "prepare",
+        detail: e.to_string(),
+    })?;
+    // The cgroup first, so that everything below is charged to the job.
+    for fd in attach {
+        nix::unistd::write(fd, b"0").map_err(|e| SetupError::errno("cgroup-attach", e))?;
+    }
+    // The payload's host uid differs from ours, and we stay out of its reach anyway.
+    sys::set_dumpable(false).map_err(|e| SetupError::io("dumpable", "/".as_ref(), &e))?;
+    let mut flags = CloneFlags::CLONE_NEWNS
+        | CloneFlags::CLONE_NEWIPC
+        | CloneFlags::CLONE_NEWUTS
+        | CloneFlags::CLONE_NEWCGROUP;
+    if !plan.host_network {
+        flags |= CloneFlags::CLONE_NEWNET;
+    }
+    nix::sched::unshare(flags).map_err(|e| SetupError::errno("unshare", e))?;
+    mount::populate_fresh(&plan.mounts, (SANDBOX_UID, SANDBOX_GID))?;
+    nix::unistd::sethostname(&plan.hostname).map_err(|e| SetupError::errno("sethostname", e))?;
+    rlimit::apply(&plan.rlimits)?;
+    Ok((plan, prepared))
+}
+
+/// Step 2, continued, in init once the interpreter has forked the payload (`payload`,
+/// pid 2): write the payload's maps, then supervise it like a cold job's init. Never
+/// returns.
+pub fn job_init(payload: i32) -> ! {
+    let Some(state) = STATE.lock().unwrap_or_else(|p| p.into_inner()).take() else {
+        sys::exit_now(122)
+    };
+    let JobState {
+        status,
+        stdio,
+        userns: (userns_r, userns_w),
+        mapped: (mapped_r, mapped_w),
+        exec: (exec_r, exec_w),
+        ..
+    } = state;
+    drop((stdio, userns_w, mapped_r, exec_w));
+    let payload = Pid::from_raw(payload);
+    let mut byte = [0u8; 1];
+    // EOF instead of the byte: the payload failed before its user namespace existed
+    // (its report is on the exec pipe).
+    if std::fs::File::from(userns_r).read(&mut byte).ok() == Some(1) {
+        let maps = || -> std::io::Result<()> {
+            std::fs::write(
+                format!("/proc/{payload}/uid_map"),
+                format!("{SANDBOX_UID} {SANDBOX_UID} 1\n"),
+            )?;
+            std::fs::write(
+                format!("/proc/{payload}/gid_map"),
+                format!("{SANDBOX_GID} {SANDBOX_GID} 1\n"),
+            )
+        };
+        if let Err(e) = maps() {
+            let _ = nix::sys::signal::kill(payload, nix::sys::signal::Signal::SIGKILL);
+            fail(&status, &SetupError::io("uid_map", "/proc".as_ref(), &e));
+        }
+        let _ = std::fs::File::from(mapped_w).write_all(&[1]);
+    } else {
+        drop(mapped_w);
+    }
+    match supervise(payload, exec_r, &status, Pid::from_raw(-1)) {
+        Ok(()) => sys::exit_now(0),
+        Err(e) => fail(&status, &e),
+    }
+}
+
+/// Step 3, in the payload (init's fork). Returns when every layer is in place; on
+/// failure reports it to init and exits.
+pub fn job_payload() {
+    let Some(state) = STATE.lock().unwrap_or_else(|p| p.into_inner()).take() else {
+        sys::exit_now(122)
+    };
+    let JobState {
+        plan,
+        prepared,
+        status,
+        stdio,
+        userns: (userns_r, userns_w),
+        mapped: (mapped_r, mapped_w),
+        exec: (exec_r, exec_w),
+    } = state;
+    drop((status, userns_r, mapped_w, exec_r));
+    match payload(&plan, &prepared, stdio, userns_w, mapped_r, &exec_w) {
+        Ok(()) => {}
+        Err(e) => {
+            let msg = encode(&PayloadMsg::Failed(Failure::from(&e)));
+            let _ = nix::unistd::write(&exec_w, &msg);
+            sys::exit_now(127);
+        }
+    }
+}
+
+fn payload(
+    plan: &JobPlan,
+    prepared: &Prepared,
+    stdio: [OwnedFd; 3],
+    userns_w: OwnedFd,
+    mapped_r: OwnedFd,
+    exec_w: &OwnedFd,
+) -> Result<(), SetupError> {
+    nix::sched::unshare(CloneFlags::CLONE_NEWUSER)
+        .map_err(|e| SetupError::errno("unshare-user", e))?;
+    std::fs::File::from(userns_w)
+        .write_all(&[1])
+        .map_err(|e| SetupError::io("sync", "pipe".as_ref(), &e))?;
+    let mut byte = [0u8; 1];
+    if std::fs::File::from(mapped_r).read(&mut byte).ok() != Some(1) {
+        return Err(SetupError::Other {
+            step: "uid_map",
+            detail: "init did not map the payload's user namespace".into(),
+        });
+    }
+    // As a cold payload from here (init.rs steps 5 to 7), without the execve.
+    nix::unistd::setsid().map_err(|e| SetupError::errno("setsid", e))?;
+    for (target, fd) in stdio.iter().enumerate() {
+        sys::dup_onto(fd.as_fd(), target as i32)
+            .map_err(|e| SetupError::io("dup2", "stdio".as_ref(), &e))?;
+    }
+    // No execve will close them: every fd but stdio and the report pipe goes now
+    // (including the originals of the stdio copies, released here to be closed there).
+    for fd in stdio {
+        let _ = fd.into_raw_fd();
+    }
+    sys::close_all_except(&[0, 1, 2, exec_w.as_raw_fd() as u32])
+        .map_err(|e| SetupError::io("close_range", "/".as_ref(), &e))?;
+    nix::unistd::chdir("/work").map_err(|e| SetupError::errno("chdir", e))?;
+    drop_privileges(false)?;
+    // Leaving uid 0 made the process non-dumpable; a cold payload is dumpable again
+    // after its execve (its own children may read its /proc entries): so is this one.
+    // init stays non-dumpable, and its host uid is not ours.
+    sys::set_dumpable(true).map_err(|e| SetupError::io("dumpable", "/".as_ref(), &e))?;
+    sys::set_no_new_privs().map_err(|e| SetupError::io("no_new_privs", "/".as_ref(), &e))?;
+    let status = landlock::apply(&plan.landlock, sys::landlock_abi())?;
+    for filter in &prepared.filters {
+        seccompiler::apply_filter(filter).map_err(|e| SetupError::Other {
+            step: "seccomp",
+            detail: e.to_string(),
+        })?;
+    }
+    nix::unistd::write(exec_w, &encode(&PayloadMsg::Landlock(status)))
+        .map_err(|e| SetupError::errno("report", e))?;
+    Ok(())
+}

@@ -1,0 +1,472 @@
+//! The spawner's zygotes (see `crate::sandbox::zygote`): started on demand from the
+//! first warm plan that asks for one, identified by that plan's content (so a reloaded
+//! profile gets a new zygote and the old one idles out), asked over a control socket to
+//! fork a job's sandbox, ended after `idle_secs` without a job.
+
+use super::{Job, Spawner};
+use crate::cgroup::JobCgroup;
+use crate::sandbox::plan::JobPlan;
+use crate::sandbox::report::Failure;
+use crate::sandbox::zygote as zy;
+use crate::spawner::link::{self, KillCause};
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::socket::{
+    recvmsg, sendmsg, socketpair, AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags,
+    SockFlag, SockType,
+};
+use std::collections::hash_map::DefaultHasher;
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::io::{IoSlice, IoSliceMut};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// At most this many zygotes at once (each holds an interpreter and its preloads).
+const MAX_ZYGOTES: usize = 4;
+/// A zygote that failed is not started again for its plan before this.
+const RETRY_AFTER: Duration = Duration::from_secs(10);
+/// How long a zygote may take to answer a fork request.
+const FORK_TIMEOUT_MS: u16 = 5000;
+
+pub(super) struct Zygote {
+    key: u64,
+    /// Its own entry in `Spawner::jobs` (an internal job id).
+    pub(super) job_id: u64,
+    pub(super) ctl: OwnedFd,
+    pub(super) ready: bool,
+    children: u32,
+    last_used: Instant,
+    idle: Duration,
+    /// Requests that came while it was starting: forked when it is ready, started cold
+    /// if it fails instead.
+    pending: Vec<(JobPlan, Vec<OwnedFd>)>,
+}
+
+/// Where a warm plan's sandbox comes from.
+pub(super) enum Route {
+    /// No zygote for it: a cold start.
+    Cold(Vec<OwnedFd>),
+    /// Forked from its ready zygote.
+    Forked(Box<Job>),
+    /// Its zygote is starting: the request waits for it.
+    Deferred,
+}
+
+pub(super) struct Zygotes {
+    /// The zygote library; `None`: not installed, every warm plan starts cold.
+    library: Option<PathBuf>,
+    pub(super) list: Vec<Zygote>,
+    failed: HashMap<u64, Instant>,
+    next_id: u64,
+}
+
+impl Zygotes {
+    pub(super) fn new() -> Self {
+        let library = std::env::current_exe()
+            .ok()
+            .and_then(|exe| zy::find_library(&exe));
+        if library.is_none() {
+            eprintln!(
+                "vivariumd spawner: {} not found next to the daemon's binary: warm profiles with zygote = true start their sandboxes cold",
+                zy::LIBRARY_NAME
+            );
+        }
+        Zygotes {
+            library,
+            list: Vec::new(),
+            failed: HashMap::new(),
+            // Internal ids count down from the top; the server's count up from 1.
+            next_id: u64::MAX,
+        }
+    }
+
+    /// When the next idle zygote is due to end.
+    pub(super) fn next_idle_deadline(&self) -> Option<Instant> {
+        self.list
+            .iter()
+            .filter(|z| z.children == 0)
+            .map(|z| z.last_used + z.idle)
+            .min()
+    }
+}
+
+/// A plan's zygote key: its content, job id and mask contents aside.
+fn key_of(plan: &JobPlan) -> u64 {
+    let mut bare = plan.clone();
+    bare.job_id = 0;
+    // A mask's contents are fresh per plan (the boot id): the zygote's own are not
+    // its jobs' (each job's init mounts its own).
+    for step in &mut bare.mounts {
+        if let crate::sandbox::plan::MountStep::Mask { contents, .. } = step {
+            contents.clear();
+        }
+    }
+    let mut h = DefaultHasher::new();
+    link::encode(&bare).hash(&mut h);
+    h.finish()
+}
+
+fn failure(step: &str, detail: impl Into<String>) -> Failure {
+    Failure {
+        step: step.into(),
+        detail: detail.into(),
+        errno: 0,
+    }
+}
+
+/// The pid (in our pid namespace) of the process a pidfd refers to.
+fn pid_of(pidfd: &OwnedFd) -> Option<i32> {
+    let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", pidfd.as_raw_fd())).ok()?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("Pid:"))
+        .and_then(|v| v.trim().parse().ok())
+        .filter(|&p| p > 0)
+}
+
+impl Spawner {
+    /// A warm plan that may come from a zygote: fork it there if this plan's zygote is
+    /// ready, or let it wait for a zygote that is starting (started now if need be).
+    pub(super) fn route(&mut self, plan: &JobPlan, fds: Vec<OwnedFd>) -> Result<Route, Failure> {
+        let Some(zplan) = plan.zygote else {
+            return Ok(Route::Cold(fds));
+        };
+        // A test-only weakening is applied by the cold path only; rootless and
+        // cgroup-less daemons have no zygotes.
+        if self.zygotes.library.is_none()
+            || !self.config.weakening.is_empty()
+            || self.config.rootless
+            || self.cgroups.is_none()
+        {
+            return Ok(Route::Cold(fds));
+        }
+        let key = key_of(plan);
+        let i = match self.zygotes.list.iter().position(|z| z.key == key) {
+            Some(i) => i,
+            None => match self.start_zygote(plan, key, zplan.idle_secs) {
+                Ok(Some(i)) => i,
+                Ok(None) => return Ok(Route::Cold(fds)),
+                Err(f) => {
+                    eprintln!(
+                        "vivariumd spawner: a zygote for job {}: {}: {}",
+                        plan.job_id, f.step, f.detail
+                    );
+                    self.zygotes.failed.insert(key, Instant::now());
+                    return Ok(Route::Cold(fds));
+                }
+            },
+        };
+        if !self.zygotes.list[i].ready {
+            self.zygotes.list[i].pending.push((plan.clone(), fds));
+            return Ok(Route::Deferred);
+        }
+        self.fork_request(i, plan, fds)
+            .map(|j| Route::Forked(Box::new(j)))
+    }
+
+    fn fork_request(
+        &mut self,
+        i: usize,
+        plan: &JobPlan,
+        fds: Vec<OwnedFd>,
+    ) -> Result<Job, Failure> {
+        let [_code, stdin, stdout, stderr]: [OwnedFd; 4] = fds
+            .try_into()
+            .map_err(|_| failure("link", "spawn needs exactly 4 fds"))?;
+        self.fork_from(i, plan, [stdin, stdout, stderr])
+    }
+
+    /// Start the zygote for `plan`; `Ok(None)`: not now (it failed recently, or every
+    /// zygote is busy).
+    fn start_zygote(
+        &mut self,
+        plan: &JobPlan,
+        key: u64,
+        idle_secs: u64,
+    ) -> Result<Option<usize>, Failure> {
+        if self
+            .zygotes
+            .failed
+            .get(&key)
+            .is_some_and(|t| t.elapsed() < RETRY_AFTER)
+        {
+            return Ok(None);
+        }
+        if self.zygotes.list.len() >= MAX_ZYGOTES {
+            // Make room by ending the least recently used idle one, if any.
+            let lru = (self.zygotes.list.iter().enumerate())
+                .filter(|(_, z)| z.children == 0)
+                .min_by_key(|(_, z)| z.last_used)
+                .map(|(i, _)| i);
+            match lru {
+                Some(i) => self.retire_zygote(i),
+                None => return Ok(None),
+            }
+        }
+        let os = |step: &str, e: std::io::Error| Failure {
+            step: step.into(),
+            detail: e.to_string(),
+            errno: e.raw_os_error().unwrap_or(0),
+        };
+        let library = self
+            .zygotes
+            .library
+            .as_ref()
+            .expect("checked by the caller");
+        let lib = std::fs::File::open(library).map_err(|e| os("zygote-library", e))?;
+        let (ours, theirs) = socketpair(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )
+        .map_err(|e| os("socketpair", e.into()))?;
+        let null = || {
+            std::fs::File::options()
+                .read(true)
+                .write(true)
+                .open("/dev/null")
+        };
+        let stdin = null().map_err(|e| os("open", e))?;
+        let stdout = null().map_err(|e| os("open", e))?;
+        // Its stderr is the daemon's: a failing preload's traceback lands in the log.
+        let stderr = std::io::stderr()
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(|e| os("dup", e))?;
+        // An empty script: the program is the `-c` bootstrap.
+        let (code, code_w) =
+            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| os("pipe", e.into()))?;
+        drop(code_w);
+        let id = self.zygotes.next_id;
+        self.zygotes.next_id -= 1;
+        let zplan = zy::zygote_plan(plan, id);
+        let mut job = self.build_job(
+            zplan,
+            [code, stdin.into(), stdout.into(), stderr],
+            vec![theirs, lib.into()],
+        )?;
+        job.internal = true;
+        self.jobs.push(job);
+        self.zygotes.list.push(Zygote {
+            key,
+            job_id: id,
+            ctl: ours,
+            ready: false,
+            children: 0,
+            last_used: Instant::now(),
+            idle: Duration::from_secs(idle_secs),
+            pending: Vec::new(),
+        });
+        Ok(Some(self.zygotes.list.len() - 1))
+    }
+
+    /// Ask zygote `i` to fork `plan`'s sandbox.
+    fn fork_from(&mut self, i: usize, plan: &JobPlan, stdio: [OwnedFd; 3]) -> Result<Job, Failure> {
+        let cgroups = self.cgroups.as_ref().expect("checked by try_zygote");
+        let name = format!("job-{}", plan.job_id);
+        let limits = crate::cgroup::Limits {
+            memory_bytes: plan.cgroup.memory_bytes,
+            pids: plan.cgroup.pids,
+            cpu_quota_us: plan.cgroup.cpu_quota_us,
+            cpu_period_us: plan.cgroup.cpu_period_us,
+        };
+        let cgroup = cgroups
+            .create_job(&name, &limits)
+            .map_err(|e| failure("cgroup", crate::error_chain(&e)))?;
+        match self.ask_zygote(i, plan, stdio, &cgroup) {
+            Ok((pid, pidfd, status)) => {
+                let z = &mut self.zygotes.list[i];
+                z.children += 1;
+                z.last_used = Instant::now();
+                let zygote = Some(z.job_id);
+                let mut job = self.new_job(plan, pid, pidfd, status, Some(cgroup), None, None);
+                job.zygote = zygote;
+                Ok(job)
+            }
+            Err(f) => {
+                let _ = cgroup.kill_all();
+                let _ = cgroup.remove();
+                // A zygote that cannot fork is of no use: end it (a new one is started
+                // for the next plan, after RETRY_AFTER).
+                let key = self.zygotes.list[i].key;
+                self.zygotes.failed.insert(key, Instant::now());
+                self.retire_zygote(i);
+                Err(f)
+            }
+        }
+    }
+
+    fn ask_zygote(
+        &self,
+        i: usize,
+        plan: &JobPlan,
+        stdio: [OwnedFd; 3],
+        cgroup: &JobCgroup,
+    ) -> Result<(nix::unistd::Pid, OwnedFd, std::fs::File), Failure> {
+        let z = &self.zygotes.list[i];
+        let os = |step: &str, e: std::io::Error| Failure {
+            step: step.into(),
+            detail: e.to_string(),
+            errno: e.raw_os_error().unwrap_or(0),
+        };
+        let attach = cgroup
+            .attach_files()
+            .map_err(|e| failure("cgroup-attach", crate::error_chain(&e)))?;
+        let (status_r, status_w) =
+            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| os("pipe", e.into()))?;
+        nix::fcntl::fcntl(
+            &status_r,
+            nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+        )
+        .map_err(|e| os("fcntl", e.into()))?;
+        let raw: Vec<RawFd> = stdio
+            .iter()
+            .chain([&status_w])
+            .chain(&attach)
+            .map(AsRawFd::as_raw_fd)
+            .collect();
+        let msg = link::encode(plan);
+        sendmsg::<()>(
+            z.ctl.as_raw_fd(),
+            &[IoSlice::new(&msg)],
+            &[ControlMessage::ScmRights(&raw)],
+            MsgFlags::MSG_NOSIGNAL,
+            None,
+        )
+        .map_err(|e| os("zygote-send", e.into()))?;
+        drop((stdio, status_w, attach));
+        let mut fds = [PollFd::new(z.ctl.as_fd(), PollFlags::POLLIN)];
+        match poll(&mut fds, PollTimeout::from(FORK_TIMEOUT_MS)) {
+            Ok(1) => {}
+            Ok(_) => return Err(failure("zygote-fork", "the zygote did not answer")),
+            Err(e) => return Err(os("poll", e.into())),
+        }
+        let mut buf = [0u8; 256];
+        let mut cmsg = nix::cmsg_space!([RawFd; 1]);
+        let mut iov = [IoSliceMut::new(&mut buf)];
+        let reply = recvmsg::<()>(
+            z.ctl.as_raw_fd(),
+            &mut iov,
+            Some(&mut cmsg),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        )
+        .map_err(|e| os("zygote-recv", e.into()))?;
+        let mut pidfd = None;
+        for c in reply.cmsgs().map_err(|e| os("zygote-recv", e.into()))? {
+            if let ControlMessageOwned::ScmRights(fds) = c {
+                for fd in fds {
+                    // SAFETY: SCM_RIGHTS gave us a fresh fd that nothing else owns.
+                    #[allow(unsafe_code)]
+                    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+                    pidfd.get_or_insert(owned);
+                }
+            }
+        }
+        let len = reply.bytes;
+        let text = String::from_utf8_lossy(&buf[..len]).into_owned();
+        let Some(pidfd) = pidfd.filter(|_| text == "ok") else {
+            return Err(failure(
+                "zygote-fork",
+                if len == 0 {
+                    "the zygote ended".to_owned()
+                } else {
+                    text
+                },
+            ));
+        };
+        let pid = pid_of(&pidfd).ok_or_else(|| failure("zygote-fork", "no pid for the pidfd"))?;
+        Ok((
+            nix::unistd::Pid::from_raw(pid),
+            pidfd,
+            std::fs::File::from(status_r),
+        ))
+    }
+
+    /// End zygote `i` (its running jobs, in pid namespaces below its own, end with it:
+    /// callers retire only idle ones, or broken ones). Requests waiting for it start
+    /// cold.
+    fn retire_zygote(&mut self, i: usize) {
+        let z = self.zygotes.list.swap_remove(i);
+        if let Some(job) = self.jobs.iter_mut().find(|j| j.id == z.job_id) {
+            super::kill(job, KillCause::Shutdown);
+        }
+        for (plan, fds) in z.pending {
+            let id = plan.job_id;
+            let started = match <[OwnedFd; 4]>::try_from(fds) {
+                Ok(stdio) => self.build_job(plan, stdio, Vec::new()),
+                Err(_) => Err(failure("link", "spawn needs exactly 4 fds")),
+            };
+            self.started(id, started.map(Some));
+        }
+    }
+
+    /// Zygote control sockets that are readable: a zygote saying it is ready, or
+    /// closing (it ended).
+    pub(super) fn zygote_event(&mut self, job_id: u64) {
+        let Some(i) = self.zygotes.list.iter().position(|z| z.job_id == job_id) else {
+            return;
+        };
+        let mut buf = [0u8; 64];
+        let n = nix::sys::socket::recv(
+            self.zygotes.list[i].ctl.as_raw_fd(),
+            &mut buf,
+            MsgFlags::MSG_DONTWAIT,
+        );
+        match n {
+            Ok(n) if &buf[..n] == b"ready" && !self.zygotes.list[i].ready => {
+                self.zygotes.list[i].ready = true;
+                let job_id = self.zygotes.list[i].job_id;
+                for (plan, fds) in std::mem::take(&mut self.zygotes.list[i].pending) {
+                    // (A failed fork retires the zygote: look it up each time.)
+                    let started = match self.zygotes.list.iter().position(|z| z.job_id == job_id) {
+                        Some(i) => self.fork_request(i, &plan, fds),
+                        None => match <[OwnedFd; 4]>::try_from(fds) {
+                            Ok(stdio) => self.build_job(plan.clone(), stdio, Vec::new()),
+                            Err(_) => Err(failure("link", "spawn needs exactly 4 fds")),
+                        },
+                    };
+                    self.started(plan.job_id, started.map(Some));
+                }
+            }
+            Err(nix::Error::EAGAIN) | Err(nix::Error::EINTR) => {}
+            _ => {
+                let key = self.zygotes.list[i].key;
+                self.zygotes.failed.insert(key, Instant::now());
+                self.retire_zygote(i);
+            }
+        }
+    }
+
+    /// End zygotes idle for their `idle_secs`.
+    pub(super) fn retire_idle_zygotes(&mut self) {
+        let now = Instant::now();
+        while let Some(i) = self
+            .zygotes
+            .list
+            .iter()
+            .position(|z| z.children == 0 && now >= z.last_used + z.idle)
+        {
+            self.retire_zygote(i);
+        }
+    }
+
+    /// A job has been cleaned up: its zygote has one child less; a zygote itself that
+    /// ended is forgotten.
+    pub(super) fn zygote_job_done(&mut self, job: &Job) {
+        if let Some(zid) = job.zygote {
+            if let Some(z) = self.zygotes.list.iter_mut().find(|z| z.job_id == zid) {
+                z.children = z.children.saturating_sub(1);
+                z.last_used = Instant::now();
+            }
+        }
+        if job.internal {
+            if let Some(i) = self.zygotes.list.iter().position(|z| z.job_id == job.id) {
+                // It ended on its own (not retired): do not restart it at once.
+                let key = self.zygotes.list[i].key;
+                self.zygotes.failed.insert(key, Instant::now());
+                self.retire_zygote(i);
+            }
+        }
+    }
+}
