@@ -742,6 +742,8 @@ mod tests {
             disabled: None,
             seccomp: vec![vec![(6, 0, 0, 0x7fff_0000)]],
             seccomp_filters: 1,
+            zygote_seccomp: None,
+            generation: 0,
             not_enforced: vec![],
         }
     }

@@ -247,7 +247,10 @@ fn init(
     std::fs::File::from(fds.code)
         .read_to_end(&mut code)
         .map_err(|e| SetupError::io("read-code", "memfd".as_ref(), &e))?;
-    mount::write_script(SCRIPT_PATH.as_ref(), &code, owner)?;
+    if !plan.is_zygote {
+        // (A zygote's program is its `-c`; its /work is a read-only empty directory.)
+        mount::write_script(SCRIPT_PATH.as_ref(), &code, owner)?;
+    }
     drop(code);
     rlimit::apply(&plan.rlimits)?;
 
@@ -428,7 +431,7 @@ fn payload(
         .map(|a| a.as_ptr())
         .chain(std::iter::once(std::ptr::null()))
         .collect();
-    let filters: &[BpfProgram] = if weakening.drops(Layer::Seccomp) || plan.is_zygote {
+    let filters: &[BpfProgram] = if weakening.drops(Layer::Seccomp) {
         &[]
     } else {
         &prepared.filters

@@ -256,6 +256,7 @@ pub fn populate(steps: &[MountStep], owner: (u32, u32)) -> Result<(), SetupError
                 mkdir_p(&target)?;
                 proc(&target)?;
             }
+            MountStep::Dir { path } => mkdir_p(&at(new_root, path))?,
             MountStep::Mask { path, contents } => {
                 // The source lives in the anchor, outside the new root; the bind keeps
                 // it reachable after the anchor is detached with the old root.
@@ -288,12 +289,13 @@ pub fn populate(steps: &[MountStep], owner: (u32, u32)) -> Result<(), SetupError
 }
 
 /// A job forked from a zygote: the zygote's read-only root is already in place (the
-/// binds, files, devices and symlinks of `steps`); only the per-job mounts are made, in
-/// a mount namespace of the job's own (a copy of the zygote's, owned by the same user
-/// namespace, so nothing in it is locked yet): the zygote's tmpfs mounts and procfs are
-/// detached and fresh ones take their places, and the masks go over the new procfs. A
-/// mask's source file is written to the first fresh tmpfs, bound, and unlinked (the
-/// bind keeps it alive). The caller's cwd must not matter (it is moved to `/`).
+/// binds, files, devices and symlinks of `steps`; empty directories where `steps` has
+/// tmpfs mounts, see `sandbox::zygote::zygote_plan`); only the per-job mounts are made,
+/// in a mount namespace of the job's own (a copy of the zygote's, owned by the same user
+/// namespace, so nothing in it is locked yet): fresh tmpfs mounts, a procfs that takes
+/// the place of the zygote's (detached), and the masks over it. A mask's source file is
+/// written to the first fresh tmpfs, bound, and unlinked (the bind keeps it alive). The
+/// caller's cwd must not matter (it is moved to `/`).
 pub fn populate_fresh(steps: &[MountStep], owner: (u32, u32)) -> Result<(), SetupError> {
     chdir("/").map_err(|e| SetupError::nix("chdir", Path::new("/"), e))?;
     let detach = |path: &Path| {
@@ -308,7 +310,6 @@ pub fn populate_fresh(steps: &[MountStep], owner: (u32, u32)) -> Result<(), Setu
                 inodes,
                 mode,
             } => {
-                detach(path)?;
                 tmpfs(path, *size, *inodes, *mode, MsFlags::MS_NOEXEC)?;
                 chown(
                     path,
@@ -321,7 +322,7 @@ pub fn populate_fresh(steps: &[MountStep], owner: (u32, u32)) -> Result<(), Setu
             MountStep::Proc { path } => {
                 // A new procfs is allowed only while a fully visible one is mounted in
                 // this namespace (the zygote's): mount it aside, detach the zygote's
-                // (with the masks over it), move the new one in.
+                // (one unmount: it costs an RCU grace period), move the new one in.
                 let dir = scratch.ok_or_else(|| SetupError::Other {
                     step: "proc",
                     detail: "no tmpfs before /proc".into(),
@@ -354,7 +355,8 @@ pub fn populate_fresh(steps: &[MountStep], owner: (u32, u32)) -> Result<(), Setu
             | MountStep::BindRw { .. }
             | MountStep::Symlink { .. }
             | MountStep::File { .. }
-            | MountStep::Device { .. } => {}
+            | MountStep::Device { .. }
+            | MountStep::Dir { .. } => {}
         }
     }
     Ok(())

@@ -39,6 +39,9 @@ pub enum MountStep {
     /// A read-only file with `contents` bound over `path` (a host-global value under
     /// /proc that would otherwise leak, such as the boot id).
     Mask { path: PathBuf, contents: String },
+    /// An empty directory on the read-only root: where a zygote's jobs mount their
+    /// tmpfs (a zygote has none of its own).
+    Dir { path: PathBuf },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -129,10 +132,29 @@ pub struct JobPlan {
 }
 
 /// How a profile's zygote is kept.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ZygotePlan {
+    /// Which zygote: plans with the same key come from the same one (the server's
+    /// profile activation and package environment).
+    pub key: u64,
+    /// The profile's name: a zygote with another key for the same profile is replaced
+    /// (it ends once its running jobs have).
+    pub profile: String,
     /// The zygote ends after this long without a job.
     pub idle_secs: u64,
+    /// The zygote's seccomp filters (the policy with what a zygote needs besides, see
+    /// `seccomp::ZygoteSeccomp`): its jobs inherit them.
+    pub seccomp: Vec<Vec<(u16, u8, u8, u32)>>,
+    /// What each forked job installs on top, to get exactly the policy's verdicts.
+    pub job_seccomp: Vec<Vec<(u16, u8, u8, u32)>>,
+}
+
+/// A profile's seccomp policy split for its zygote, in wire form
+/// (`seccomp::ZygoteSeccomp`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ZygoteSeccompWire {
+    pub zygote: Vec<Vec<(u16, u8, u8, u32)>>,
+    pub job: Vec<Vec<(u16, u8, u8, u32)>>,
 }
 
 /// The warm sandbox's `-c` program: read one job from stdin (the header of
@@ -339,6 +361,7 @@ pub fn build_warm(
     job_id: u64,
     profile: &Profile,
     seccomp: Vec<Vec<(u16, u8, u8, u32)>>,
+    zygote_seccomp: Option<&ZygoteSeccompWire>,
 ) -> JobPlan {
     let limits = profile.default_limits();
     let mut plan = build(job_id, profile, &limits, &[], seccomp, false);
@@ -349,8 +372,12 @@ pub fn build_warm(
     plan.argv.extend(profile.file.warm.preload.iter().cloned());
     plan.warm = true;
     let warm = &profile.file.warm;
-    plan.zygote = warm.zygote.then_some(ZygotePlan {
+    plan.zygote = zygote_seccomp.filter(|_| warm.zygote).map(|z| ZygotePlan {
+        key: 0,
+        profile: profile.name.clone(),
         idle_secs: warm.idle_secs,
+        seccomp: z.zygote.clone(),
+        job_seccomp: z.job.clone(),
     });
     plan
 }
@@ -380,7 +407,7 @@ mod tests {
             vec![vec![(6, 0, 0, 0)]],
             false,
         );
-        let warm = build_warm(9, &p, vec![vec![(6, 0, 0, 0)]]);
+        let warm = build_warm(9, &p, vec![vec![(6, 0, 0, 0)]], None);
         assert!(warm.warm && !cold.warm);
         assert_eq!(
             warm.argv,

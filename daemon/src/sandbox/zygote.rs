@@ -29,7 +29,7 @@
 //! code as a cold job's.
 
 use super::init::{drop_privileges, supervise, Prepared};
-use super::plan::{JobPlan, SANDBOX_GID, SANDBOX_UID, WARM_BOOTSTRAP};
+use super::plan::{JobPlan, MountStep, SANDBOX_GID, SANDBOX_UID, WARM_BOOTSTRAP};
 use super::report::{encode, Failure, InitMsg, PayloadMsg};
 use super::{landlock, mount, rlimit, SetupError};
 use crate::sys;
@@ -89,7 +89,19 @@ pub fn zygote_plan(warm: &JobPlan, job_id: u64) -> JobPlan {
     }
     plan.env
         .push(("VIVARIUM_ZYGOTE_ENV".into(), added.join(",")));
-    plan.zygote = None;
+    // The zygote's own root has no tmpfs mounts (empty directories in their places,
+    // for its jobs' fresh ones: nothing to unmount per job) and no masks; its procfs
+    // is the fully visible one that lets each job mount its own.
+    plan.mounts = (plan.mounts.into_iter())
+        .filter_map(|m| match m {
+            MountStep::Tmpfs { path, .. } => Some(MountStep::Dir { path }),
+            MountStep::Mask { .. } => None,
+            other => Some(other),
+        })
+        .collect();
+    if let Some(z) = plan.zygote.take() {
+        plan.seccomp = z.seccomp;
+    }
     plan.is_zygote = true;
     plan.warm = true;
     plan

@@ -25,6 +25,12 @@ def _vivarium_zygote_main():
     _vivarium_preload()
     # The compiler's first use costs every job ~2 ms if it happens after the fork.
     compile("pass", "<vivarium>", "exec")
+    # Every object so far moves to the collector's permanent generation: a collection in
+    # a job then never walks (and so never copies, page by page) the zygote's heap.
+    import gc
+
+    gc.collect()
+    gc.freeze()
     added = [v for v in os.environ.pop("VIVARIUM_ZYGOTE_ENV", "").split(",") if v]
     # fork copies only the calling thread: a preload that started threads (a BLAS pool,
     # say) would leave every job with a broken copy of it.

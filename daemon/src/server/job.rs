@@ -361,7 +361,8 @@ async fn execute(
         landlock_abi: u32::from(sec.landlock_abi).min(daemon.facts.landlock_abi),
         landlock: report.landlock.or(landlock),
         seccomp_filters: if report.landlock.is_some() && !weak.drops(Layer::Seccomp) {
-            active.seccomp_filters
+            // (A job forked from a zygote has the zygote's filters and two of its own.)
+            report.seccomp_filters.unwrap_or(active.seccomp_filters)
         } else {
             0
         },

@@ -31,6 +31,11 @@ pub struct ActiveProfile {
     pub disabled: Option<String>,
     pub seccomp: Vec<Vec<(u16, u8, u8, u32)>>,
     pub seccomp_filters: u32,
+    /// The policy split for the profile's zygote (`warm.zygote` only).
+    pub zygote_seccomp: Option<crate::sandbox::plan::ZygoteSeccompWire>,
+    /// Unique per activation: a reloaded profile is a new generation (and gets a new
+    /// zygote).
+    pub generation: u64,
     pub not_enforced: Vec<String>,
 }
 
@@ -94,6 +99,23 @@ pub fn activate(profile: Profile, facts: &HostFacts) -> ActiveProfile {
     if count == 0 && problems.is_empty() {
         problems.push("seccomp policy compiled to no filter".into());
     }
+    let zygote_seccomp = if profile.file.warm.zygote {
+        match seccomp::load_zygote(&profile.seccomp_path, profile.file.network.enabled) {
+            Ok(z) => Some(crate::sandbox::plan::ZygoteSeccompWire {
+                zygote: z.zygote.to_wire(),
+                job: z.job.to_wire(),
+            }),
+            Err(e) => {
+                problems.push(format!(
+                    "seccomp policy for a zygote: {}",
+                    crate::error_chain(&e)
+                ));
+                None
+            }
+        }
+    } else {
+        None
+    };
     let mut not_enforced = missing_features(sec.landlock_abi, facts.landlock_abi);
     if facts.rootless {
         not_enforced.push("non-executable memfds (vm.memfd_noexec needs a root daemon)".into());
@@ -122,6 +144,11 @@ pub fn activate(profile: Profile, facts: &HostFacts) -> ActiveProfile {
         profile,
         seccomp: filters,
         seccomp_filters: count,
+        zygote_seccomp,
+        generation: {
+            static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+            NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        },
         not_enforced,
     }
 }

@@ -277,7 +277,12 @@ pub(super) async fn build(
     let job_id = daemon
         .next_job
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let mut plan = plan::build_warm(job_id, &active.profile, active.seccomp.clone());
+    let mut plan = plan::build_warm(
+        job_id,
+        &active.profile,
+        active.seccomp.clone(),
+        active.zygote_seccomp.as_ref(),
+    );
     // The profile's warm packages: installed (or found in the cache) as for a job.
     let env = if active.profile.warm_packages.is_empty() {
         None
@@ -289,6 +294,12 @@ pub(super) async fn build(
         crate::packages::install::use_env(&mut plan, &ready.entry.env());
         Some(ready)
     };
+    if let Some(z) = plan.zygote.as_mut() {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (active.generation, env.as_ref().map(|r| r.entry.env())).hash(&mut h);
+        z.key = h.finish();
+    }
     // The script memfd stays empty: the bootstrap writes the job's code itself.
     let super::job::Launched {
         mut events,

@@ -97,6 +97,10 @@ pub struct JobReport {
     pub memory_limit_hits: u64,
     pub disk_full: bool,
     pub cgroup: Option<CgroupVersion>,
+    /// The seccomp filters installed when they are not the profile's own count (a job
+    /// forked from a zygote).
+    #[serde(default)]
+    pub seccomp_filters: Option<u32>,
 }
 
 fn config() -> impl bincode::config::Config {

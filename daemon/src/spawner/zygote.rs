@@ -14,9 +14,7 @@ use nix::sys::socket::{
     recvmsg, sendmsg, socketpair, AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags,
     SockFlag, SockType,
 };
-use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
 use std::io::{IoSlice, IoSliceMut};
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
@@ -31,6 +29,9 @@ const FORK_TIMEOUT_MS: u16 = 5000;
 
 pub(super) struct Zygote {
     key: u64,
+    profile: String,
+    /// Replaced by a newer one for its profile: ends when its last job has.
+    replaced: bool,
     /// Its own entry in `Spawner::jobs` (an internal job id).
     pub(super) job_id: u64,
     pub(super) ctl: OwnedFd,
@@ -91,22 +92,6 @@ impl Zygotes {
     }
 }
 
-/// A plan's zygote key: its content, job id and mask contents aside.
-fn key_of(plan: &JobPlan) -> u64 {
-    let mut bare = plan.clone();
-    bare.job_id = 0;
-    // A mask's contents are fresh per plan (the boot id): the zygote's own are not
-    // its jobs' (each job's init mounts its own).
-    for step in &mut bare.mounts {
-        if let crate::sandbox::plan::MountStep::Mask { contents, .. } = step {
-            contents.clear();
-        }
-    }
-    let mut h = DefaultHasher::new();
-    link::encode(&bare).hash(&mut h);
-    h.finish()
-}
-
 fn failure(step: &str, detail: impl Into<String>) -> Failure {
     Failure {
         step: step.into(),
@@ -128,9 +113,11 @@ impl Spawner {
     /// A warm plan that may come from a zygote: fork it there if this plan's zygote is
     /// ready, or let it wait for a zygote that is starting (started now if need be).
     pub(super) fn route(&mut self, plan: &JobPlan, fds: Vec<OwnedFd>) -> Result<Route, Failure> {
-        let Some(zplan) = plan.zygote else {
+        let Some(zplan) = &plan.zygote else {
             return Ok(Route::Cold(fds));
         };
+        let idle_secs = zplan.idle_secs;
+        let profile = zplan.profile.clone();
         // A test-only weakening is applied by the cold path only; rootless and
         // cgroup-less daemons have no zygotes.
         if self.zygotes.library.is_none()
@@ -140,10 +127,10 @@ impl Spawner {
         {
             return Ok(Route::Cold(fds));
         }
-        let key = key_of(plan);
+        let key = zplan.key;
         let i = match self.zygotes.list.iter().position(|z| z.key == key) {
             Some(i) => i,
-            None => match self.start_zygote(plan, key, zplan.idle_secs) {
+            None => match self.start_zygote(plan, key, profile, idle_secs) {
                 Ok(Some(i)) => i,
                 Ok(None) => return Ok(Route::Cold(fds)),
                 Err(f) => {
@@ -182,6 +169,7 @@ impl Spawner {
         &mut self,
         plan: &JobPlan,
         key: u64,
+        profile: String,
         idle_secs: u64,
     ) -> Result<Option<usize>, Failure> {
         if self
@@ -192,6 +180,14 @@ impl Spawner {
         {
             return Ok(None);
         }
+        // The profile was reloaded (or its environment rebuilt): its older zygotes end,
+        // now if idle, else with their last job.
+        for z in &mut self.zygotes.list {
+            if z.profile == profile {
+                z.replaced = true;
+            }
+        }
+        self.retire_idle_zygotes();
         if self.zygotes.list.len() >= MAX_ZYGOTES {
             // Make room by ending the least recently used idle one, if any.
             let lru = (self.zygotes.list.iter().enumerate())
@@ -250,6 +246,8 @@ impl Spawner {
         self.jobs.push(job);
         self.zygotes.list.push(Zygote {
             key,
+            profile,
+            replaced: false,
             job_id: id,
             ctl: ours,
             ready: false,
@@ -274,7 +272,13 @@ impl Spawner {
         let cgroup = cgroups
             .create_job(&name, &limits)
             .map_err(|e| failure("cgroup", crate::error_chain(&e)))?;
-        match self.ask_zygote(i, plan, stdio, &cgroup) {
+        // What the zygote's child gets: the plan with the job's own small filters (it
+        // inherits the zygote's).
+        let mut job_plan = plan.clone();
+        let zplan = job_plan.zygote.take().expect("routed by its zygote plan");
+        let filters = zplan.seccomp.len() + zplan.job_seccomp.len();
+        job_plan.seccomp = zplan.job_seccomp;
+        match self.ask_zygote(i, &job_plan, stdio, &cgroup) {
             Ok((pid, pidfd, status)) => {
                 let z = &mut self.zygotes.list[i];
                 z.children += 1;
@@ -282,6 +286,7 @@ impl Spawner {
                 let zygote = Some(z.job_id);
                 let mut job = self.new_job(plan, pid, pidfd, status, Some(cgroup), None, None);
                 job.zygote = zygote;
+                job.report.seccomp_filters = u32::try_from(filters).ok();
                 Ok(job)
             }
             Err(f) => {
@@ -438,14 +443,14 @@ impl Spawner {
         }
     }
 
-    /// End zygotes idle for their `idle_secs`.
+    /// End zygotes idle for their `idle_secs`, and replaced ones without a job.
     pub(super) fn retire_idle_zygotes(&mut self) {
         let now = Instant::now();
         while let Some(i) = self
             .zygotes
             .list
             .iter()
-            .position(|z| z.children == 0 && now >= z.last_used + z.idle)
+            .position(|z| z.children == 0 && (z.replaced || now >= z.last_used + z.idle))
         {
             self.retire_zygote(i);
         }

@@ -206,6 +206,8 @@ pub enum SeccompError {
     ConditionalAllow { syscall: String },
     #[error("`{syscall}` is both allowlisted and unconditionally denied")]
     AllowedAndDenied { syscall: String },
+    #[error("a deny filter checks arguments of `{syscall}`, which a zygote needs whole")]
+    ZygoteConditional { syscall: String },
     #[error(
         "filter `{filter}` checks arguments of `{syscall}`, which the allowlist does not list"
     )]
@@ -287,6 +289,136 @@ pub fn apply(program: &SeccompProgram) -> Result<(), SeccompError> {
     Ok(())
 }
 
+/// Syscalls a zygote and each job's setup in its children need beyond a job's policy
+/// (`crate::sandbox::zygote`): namespaces and mounts, the hostname, dropping
+/// capabilities, Landlock, and installing one more filter.
+pub const ZYGOTE_EXTRAS: &[&str] = &[
+    "unshare",
+    "setns",
+    "mount",
+    "umount2",
+    "sethostname",
+    "capset",
+    "landlock_create_ruleset",
+    "landlock_add_rule",
+    "landlock_restrict_self",
+    "seccomp",
+];
+
+/// A policy split for a zygote (see `crate::sandbox::zygote`): `zygote` is the policy
+/// with [`ZYGOTE_EXTRAS`] allowed, installed once in the zygote (its jobs inherit it,
+/// compiled and JIT-ed once); `job` is what each job adds: two small filters that give
+/// the extras the verdicts the policy gives them (EPERM for those a deny filter refuses,
+/// ENOSYS for the others). A job's verdicts under both are exactly the policy's
+/// (checked over every syscall by the tests).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ZygoteSeccomp {
+    pub zygote: SeccompProgram,
+    pub job: SeccompProgram,
+}
+
+/// [`compile`], split for a zygote.
+pub fn compile_zygote(policy_json: &[u8], allow_inet: bool) -> Result<ZygoteSeccomp, SeccompError> {
+    let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(|source| {
+        SeccompError::UnsupportedArch {
+            arch: std::env::consts::ARCH,
+            source,
+        }
+    })?;
+    compile_zygote_for_arch(policy_json, allow_inet, arch)
+}
+
+/// Reads the policy at `path` and [`compile_zygote`]s it.
+pub fn load_zygote(path: &Path, allow_inet: bool) -> Result<ZygoteSeccomp, SeccompError> {
+    let json = std::fs::read(path).map_err(|source| SeccompError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    compile_zygote(&json, allow_inet)
+}
+
+/// [`compile_zygote`] with an explicit target architecture.
+pub(crate) fn compile_zygote_for_arch(
+    policy_json: &[u8],
+    allow_inet: bool,
+    arch: TargetArch,
+) -> Result<ZygoteSeccomp, SeccompError> {
+    let policy: PolicyFile =
+        serde_json::from_slice(policy_json).map_err(|source| SeccompError::Parse { source })?;
+    policy.validate()?;
+    let allowed = policy.allowlist.names();
+    let extras: Vec<&str> = (ZYGOTE_EXTRAS.iter().copied())
+        .filter(|s| !allowed.contains(s))
+        .collect();
+    let denied = |name: &str| {
+        (policy.deny_filters().iter())
+            .flat_map(|(_, f)| &f.filter)
+            .find(|r| r.syscall == name)
+    };
+    let rule = |name: &str, comment: &str| RuleSpec {
+        syscall: name.to_owned(),
+        comment: comment.to_owned(),
+        args: None,
+    };
+    let mut refused = Vec::new();
+    let mut unknown = Vec::new();
+    for &name in &extras {
+        match denied(name) {
+            Some(r) if r.args.is_some() => {
+                return Err(SeccompError::ZygoteConditional {
+                    syscall: name.to_owned(),
+                })
+            }
+            Some(_) => refused.push(rule(name, "refused by the policy's deny filter")),
+            None => unknown.push(rule(name, "not on the policy's allowlist")),
+        }
+    }
+    // The zygote: the extras on the allowlist and off the deny filters.
+    let mut zygote_policy = PolicyFile {
+        allowlist: policy.allowlist.clone(),
+        deny: policy.deny.clone(),
+        deny_socket_local: policy.deny_socket_local.clone(),
+        deny_socket_inet: policy.deny_socket_inet.clone(),
+    };
+    for &name in &extras {
+        zygote_policy
+            .allowlist
+            .filter
+            .push(rule(name, "a zygote's own"));
+    }
+    for f in [
+        &mut zygote_policy.deny,
+        &mut zygote_policy.deny_socket_local,
+        &mut zygote_policy.deny_socket_inet,
+    ] {
+        f.filter.retain(|r| !extras.contains(&r.syscall.as_str()));
+    }
+    let zygote = compile_policy(&zygote_policy, allow_inet, arch)?;
+    // Each job: the extras' verdicts back.
+    let mut sections: BTreeMap<&str, FilterSpec> = BTreeMap::new();
+    let spec = |filter: Vec<RuleSpec>, errno| FilterSpec {
+        mismatch_action: Action::Allow,
+        match_action: Action::Errno(errno),
+        filter,
+    };
+    let mut order = Vec::new();
+    if !refused.is_empty() {
+        sections.insert("refused", spec(refused, EPERM));
+        order.push("refused");
+    }
+    if !unknown.is_empty() {
+        sections.insert("unknown", spec(unknown, ENOSYS));
+        order.push("unknown");
+    }
+    let json = serde_json::to_vec(&sections).map_err(|source| SeccompError::Parse { source })?;
+    let mut compiled = seccompiler::compile_from_json(json.as_slice(), arch)
+        .map_err(|source| SeccompError::Compile { source })?;
+    let job = SeccompProgram {
+        filters: order.iter().filter_map(|n| compiled.remove(*n)).collect(),
+    };
+    Ok(ZygoteSeccomp { zygote, job })
+}
+
 /// [`compile`] with an explicit target architecture.
 pub(crate) fn compile_for_arch(
     policy_json: &[u8],
@@ -296,7 +428,15 @@ pub(crate) fn compile_for_arch(
     let policy: PolicyFile =
         serde_json::from_slice(policy_json).map_err(|source| SeccompError::Parse { source })?;
     policy.validate()?;
+    compile_policy(&policy, allow_inet, arch)
+}
 
+/// Compile a policy (validated, or a zygote's, derived from a validated one).
+fn compile_policy(
+    policy: &PolicyFile,
+    allow_inet: bool,
+    arch: TargetArch,
+) -> Result<SeccompProgram, SeccompError> {
     let (socket_name, socket_filter) = if allow_inet {
         ("deny_socket_inet", &policy.deny_socket_inet)
     } else {

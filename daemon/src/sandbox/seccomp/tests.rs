@@ -518,6 +518,68 @@ fn verdicts_do_not_depend_on_filter_order() {
     }
 }
 
+/// A job forked from a zygote runs under the zygote's filters plus its own two small
+/// ones: for every syscall number (and the argument samples that matter), the verdict is
+/// the policy's, and the zygote itself gets every extra it needs.
+#[test]
+fn a_zygote_job_gets_exactly_the_policy_verdicts() {
+    let arg_samples: Vec<[u64; 6]> = [0, 1, 2, 10, 16, 0xffff_ffff, 0x0040000]
+        .into_iter()
+        .chain(CLONE_NS_FLAGS.iter().map(|f| *f as u64))
+        .chain([libc::PR_SET_SECCOMP as u64, libc::PR_CAPBSET_DROP as u64])
+        .map(arg0)
+        .chain([libc::TCGETS, libc::TIOCSTI, libc::FIONREAD].map(ioctl_args))
+        .collect();
+    for allow_inet in [false, true] {
+        let policy = program(allow_inet);
+        let split = compile_zygote(&policy_json(), allow_inet).expect("zygote split");
+        assert_eq!(split.job.filter_count(), 2);
+        assert!(
+            split.job.instruction_count() < 64,
+            "{}",
+            split.job.instruction_count()
+        );
+        let mut job: Vec<&BpfProgram> = split.zygote.filters.iter().collect();
+        job.extend(&split.job.filters);
+        let zygote: Vec<&BpfProgram> = split.zygote.filters.iter().collect();
+        let expected: Vec<&BpfProgram> = policy.filters.iter().collect();
+        for nr in (0..1024).chain((0..1024).map(|n| n | X32_SYSCALL_BIT)) {
+            for args in &arg_samples {
+                let data = seccomp_data(AUDIT_ARCH_X86_64, nr, *args);
+                assert_eq!(
+                    kernel_result(&job, &data),
+                    kernel_result(&expected, &data),
+                    "nr {nr:#x} {args:?}"
+                );
+            }
+        }
+        let numbers = [
+            ("unshare", libc::SYS_unshare),
+            ("setns", libc::SYS_setns),
+            ("mount", libc::SYS_mount),
+            ("umount2", libc::SYS_umount2),
+            ("sethostname", libc::SYS_sethostname),
+            ("capset", libc::SYS_capset),
+            ("landlock_create_ruleset", libc::SYS_landlock_create_ruleset),
+            ("landlock_add_rule", libc::SYS_landlock_add_rule),
+            ("landlock_restrict_self", libc::SYS_landlock_restrict_self),
+            ("seccomp", libc::SYS_seccomp),
+        ];
+        assert_eq!(numbers.map(|(n, _)| n).as_slice(), ZYGOTE_EXTRAS);
+        for (name, nr) in numbers {
+            let data = seccomp_data(AUDIT_ARCH_X86_64, nr, [0; 6]);
+            assert_eq!(kernel_result(&zygote, &data), Verdict::Allow, "{name}");
+            assert_ne!(kernel_result(&job, &data), Verdict::Allow, "{name}");
+        }
+        let clone_newns = arg0(libc::CLONE_NEWNS as u64);
+        let data = seccomp_data(AUDIT_ARCH_X86_64, libc::SYS_clone, clone_newns);
+        assert_eq!(
+            kernel_result(&zygote, &data),
+            Verdict::Errno(libc::EPERM as u32)
+        );
+    }
+}
+
 #[test]
 fn foreign_architecture_is_killed_in_every_filter() {
     let program = program(false);
