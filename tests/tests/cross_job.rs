@@ -198,13 +198,23 @@ async fn a_then_b(daemon: &Daemon, profile: &str) -> (Value, Value, Value) {
     let mut a = a_client.submit(&a_job, Some(a_stdin)).await.unwrap();
     let ready = until_ready(&mut a).await;
     assert_eq!(ready["ready"], true, "{ready}");
-    let ready_pids: Vec<_> = daemon
-        .job_processes()
-        .into_iter()
-        .filter(|p| p.comm.starts_with("python"))
+    // A's payload: the only interpreter without an interpreter child (a zygote and a
+    // forked job's init are interpreters too, each with one).
+    let procs = daemon.job_processes();
+    let python = |p: &vivarium_e2e::Proc| p.comm.starts_with("python");
+    let ready_pids: Vec<_> = (procs.iter())
+        .filter(|p| python(p) && !procs.iter().any(|c| c.ppid == p.pid && python(c)))
         .collect();
-    assert_eq!(ready_pids.len(), 1, "A's payload: {ready_pids:?}");
+    assert_eq!(ready_pids.len(), 1, "A's payload: {procs:?}");
     let a_host_pid = ready_pids[0].pid.to_string();
+    let forked = procs
+        .iter()
+        .any(|p| p.pid == ready_pids[0].ppid && python(p));
+    assert_eq!(
+        forked,
+        profile == "zygote",
+        "A forked from a zygote: {procs:?}"
+    );
 
     let b_job = Job::new(SEEKER)
         .profile(profile)
@@ -276,6 +286,32 @@ async fn concurrent_jobs_cannot_reach_each_other() {
     }
     let daemon = Daemon::start(DaemonOpts::default());
     let (a, b, a_after) = a_then_b(&daemon, "default").await;
+    assert_eq!(
+        (&a["shm"], &a["msq"]),
+        (&json!("ENOSYS"), &json!("ENOSYS")),
+        "{a}"
+    );
+    assert_apart(&b, &a_after);
+    assert_eq!(
+        (&b["shm"], &b["msq"]),
+        (&json!("ENOSYS"), &json!("ENOSYS")),
+        "{b}"
+    );
+}
+
+/// The same for two jobs forked from one zygote (sharing its preloaded interpreter, each
+/// with its own namespaces, cgroup, Landlock and seccomp).
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrent_jobs_of_one_zygote_cannot_reach_each_other() {
+    if !require_root() {
+        return;
+    }
+    let text = format!(
+        "{}\n[warm]\nzygote = true\npool = 0\n",
+        default_profile_with(&[])
+    );
+    let daemon = Daemon::start(DaemonOpts::default().profile("zygote", &text));
+    let (a, b, a_after) = a_then_b(&daemon, "zygote").await;
     assert_eq!(
         (&a["shm"], &a["msq"]),
         (&json!("ENOSYS"), &json!("ENOSYS")),

@@ -5,3 +5,147 @@
 const ZYGOTE: bool = true;
 
 include!("warm/cases.rs");
+
+/// The zygote (an interpreter whose parent is not one), a forked job's init (its child)
+/// and the job's payload (the init's child), while one job runs.
+fn zygote_family(daemon: &Daemon) -> Option<(i32, i32, i32)> {
+    let procs = daemon.job_processes();
+    let python = |pid: i32| {
+        procs
+            .iter()
+            .any(|p| p.pid == pid && p.comm.starts_with("python"))
+    };
+    let payload = procs.iter().find(|p| {
+        p.comm.starts_with("python")
+            && python(p.ppid)
+            && procs
+                .iter()
+                .find(|q| q.pid == p.ppid)
+                .is_some_and(|q| python(q.ppid))
+    })?;
+    let init = payload.ppid;
+    let zygote = procs.iter().find(|p| p.pid == init)?.ppid;
+    Some((zygote, init, payload.pid))
+}
+
+fn host_ids(pid: i32) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .filter(|l| l.starts_with("Uid:") || l.starts_with("Gid:"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn namespaces(pid: i32) -> Vec<String> {
+    ["user", "mnt", "pid", "net", "ipc", "uts", "cgroup"]
+        .iter()
+        .map(|ns| {
+            std::fs::read_link(format!("/proc/{pid}/ns/{ns}"))
+                .map(|l| l.display().to_string())
+                .unwrap_or_else(|e| panic!("{pid} {ns}: {e}"))
+        })
+        .collect()
+}
+
+/// Seen from the host while a job runs: the job's payload has every namespace of its own
+/// (none is the zygote's), its own cgroup (not the zygote's), and a host uid that is
+/// neither the zygote's nor its init's.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_forked_job_has_its_own_namespaces_cgroup_and_host_uid() {
+    if !require_root() {
+        return;
+    }
+    let daemon = start(0, 300);
+    let first = daemon.run_job(&Job::new(WARM_MARK).profile("hot")).await;
+    assert!(ran_warm(&first), "{}", describe(&first));
+    let mut client = daemon.client().await;
+    let job = Job::new(format!("{WARM_MARK}import time\ntime.sleep(3)\n")).profile("hot");
+    let mut handle = client.submit(&job, None::<&[u8]>).await.expect("submit");
+    let family = wait_until(Duration::from_secs(10), || zygote_family(&daemon).is_some());
+    assert!(family, "no forked job seen: {:?}", daemon.job_processes());
+    let (zygote, init, payload) = zygote_family(&daemon).unwrap();
+    let (z_ns, i_ns, p_ns) = (namespaces(zygote), namespaces(init), namespaces(payload));
+    for (k, ns) in p_ns.iter().enumerate() {
+        assert_ne!(ns, &z_ns[k], "the payload shares the zygote's {ns}");
+    }
+    // init has the job's namespaces but the user namespace (the payload's is its own).
+    assert_eq!(p_ns[1..], i_ns[1..]);
+    assert_ne!(p_ns[0], i_ns[0]);
+    let (z_ids, p_ids) = (host_ids(zygote), host_ids(payload));
+    assert_ne!(z_ids, p_ids);
+    assert_eq!(z_ids, host_ids(init));
+    let cgroup = |pid: i32| std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    let (z_cg, p_cg) = (cgroup(zygote), cgroup(payload));
+    assert!(z_cg.contains("/zygote-"), "{z_cg}");
+    assert!(p_cg.contains("/job-") && !p_cg.contains("zygote"), "{p_cg}");
+    let done = loop {
+        match handle.next_event().await.expect("events") {
+            Some(vivarium_e2e::JobEvent::Finished(o)) => break o,
+            Some(_) => {}
+            None => panic!("no outcome"),
+        }
+    };
+    assert_eq!(done.reason, Reason::Ok, "{done:#?}");
+}
+
+/// A zygote that dies (here: SIGKILL from the host) takes its running jobs with it, each
+/// reported with an outcome; jobs still run (cold) until a new zygote serves, and
+/// nothing is left over.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dead_zygote_ends_its_jobs_and_is_replaced() {
+    if !require_root() {
+        return;
+    }
+    let daemon = start(0, 300);
+    let before = daemon.settled_snapshot();
+    let first = daemon.run_job(&Job::new(WARM_MARK).profile("hot")).await;
+    assert!(ran_warm(&first), "{}", describe(&first));
+    let mut client = daemon.client().await;
+    let job = Job::new(format!("{WARM_MARK}import time\ntime.sleep(20)\n")).profile("hot");
+    let mut handle = client.submit(&job, None::<&[u8]>).await.expect("submit");
+    assert!(wait_until(Duration::from_secs(10), || zygote_family(
+        &daemon
+    )
+    .is_some()));
+    let (zygote, _, _) = zygote_family(&daemon).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(zygote),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill the zygote");
+    let started = std::time::Instant::now();
+    let done = loop {
+        match handle.next_event().await.expect("events") {
+            Some(vivarium_e2e::JobEvent::Finished(o)) => break o,
+            Some(_) => {}
+            None => panic!("no outcome"),
+        }
+    };
+    assert!(started.elapsed() < Duration::from_secs(10), "{done:#?}");
+    assert_ne!(done.reason, Reason::Ok, "{done:#?}");
+    assert!(wait_until(
+        Duration::from_secs(10),
+        || !vivarium_e2e::alive(zygote)
+    ));
+    // Meanwhile (a zygote that ended on its own is not restarted for 10 s) warm
+    // sandboxes start cold; then a new zygote serves again.
+    let mut forked = false;
+    for _ in 0..40 {
+        let next = daemon.run_job(&Job::new(WARM_MARK).profile("hot")).await;
+        assert_eq!(next.outcome.reason, Reason::Ok, "{}", describe(&next));
+        if ran_warm(&next) {
+            forked = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(forked, "no new zygote: {}", daemon.log());
+    // A short idle time ends the new zygote; then nothing of either is left.
+    drop(handle);
+    drop(client);
+    let text = warm_profile(0, 1);
+    std::fs::write(daemon.profiles_dir().join("hot.toml"), text).unwrap();
+    daemon.signal(nix::sys::signal::Signal::SIGHUP);
+    daemon.assert_no_leaks(&before);
+}

@@ -275,7 +275,13 @@ async fn wait_for_stop(daemon: &Arc<Daemon>, signals: &mut Signals, opts: &RunOp
             _ = signals.term.recv() => return Stop::Signal,
             _ = signals.int.recv() => return Stop::Signal,
             () = gone.notified() => return Stop::SpawnerGone,
-            _ = signals.hup.recv() => reload(daemon, &opts.source),
+            _ = signals.hup.recv() => {
+                if reload(daemon, &opts.source) {
+                    // Every profile is a new activation: the zygotes of the old ones end
+                    // (each once its running jobs have).
+                    daemon.spawner.zygotes_stale().await;
+                }
+            }
             _ = tick.tick(), if opts.activated => {
                 let idle = daemon.live().config.idle_exit_secs;
                 if idle > 0 && idle_for(daemon) >= Duration::from_secs(idle) {
@@ -301,25 +307,28 @@ fn idle_for(daemon: &Daemon) -> Duration {
 /// Re-read the config and profiles. A failure keeps everything as it was, logs why,
 /// and shows in STATUS= until a reload succeeds. Running and queued jobs keep the
 /// profile they were admitted with.
-pub fn reload(daemon: &Daemon, source: &ConfigSource) {
+pub fn reload(daemon: &Daemon, source: &ConfigSource) -> bool {
     let mut states = vec![NotifyState::Reloading];
     states.extend(NotifyState::monotonic_usec_now().ok());
     notify(&states);
-    match try_reload(daemon, source) {
+    let reloaded = match try_reload(daemon, source) {
         Ok(names) => {
             tracing::info!(profiles = ?names, "reloaded config and profiles");
             *daemon.reload_error.lock().expect("reload error lock") = None;
+            true
         }
         Err(e) => {
             let why = crate::error_chain(&e);
             tracing::error!(error = %why, "reload failed; keeping the previous config and profiles");
             *daemon.reload_error.lock().expect("reload error lock") = Some(why);
+            false
         }
-    }
+    };
     notify(&[
         NotifyState::Ready,
         NotifyState::Status(&status_line(daemon)),
     ]);
+    reloaded
 }
 
 fn try_reload(daemon: &Daemon, source: &ConfigSource) -> Result<Vec<String>, LoadError> {

@@ -167,6 +167,14 @@ impl SpawnerClient {
             .await;
     }
 
+    /// The profiles were reloaded: every zygote is of an old activation.
+    pub async fn zygotes_stale(&self) {
+        let _ = self
+            .sock
+            .send(&link::encode(&ToSpawner::ZygotesStale))
+            .await;
+    }
+
     pub async fn shutdown(&self) {
         let _ = self.sock.send(&link::encode(&ToSpawner::Shutdown)).await;
     }

@@ -45,6 +45,9 @@ pub enum ToSpawner {
     Kill { job_id: u64, cause: KillCause },
     /// Kill every job, clean up, exit.
     Shutdown,
+    /// The profiles were reloaded: every zygote ends once it has no running job (new
+    /// ones start for the new activations). Appended: older variants keep their tags.
+    ZygotesStale,
 }
 
 /// Why the spawner killed a job.

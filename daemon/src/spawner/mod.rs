@@ -336,6 +336,7 @@ impl Spawner {
                 self.shutdown();
                 return false;
             }
+            ToSpawner::ZygotesStale => self.zygotes_stale(),
             ToSpawner::Init(_) => {}
         }
         true

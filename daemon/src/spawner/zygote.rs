@@ -443,6 +443,14 @@ impl Spawner {
         }
     }
 
+    /// Every zygote is of an old profile activation: each ends once it has no job.
+    pub(super) fn zygotes_stale(&mut self) {
+        for z in &mut self.zygotes.list {
+            z.replaced = true;
+        }
+        self.retire_idle_zygotes();
+    }
+
     /// End zygotes idle for their `idle_secs`, and replaced ones without a job.
     pub(super) fn retire_idle_zygotes(&mut self) {
         let now = Instant::now();
