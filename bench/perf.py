@@ -9,12 +9,17 @@ flags (`/usr/bin/python3 -I -S`, never a PATH shim):
   viv      `viv run` of a file holding `pass` (the CLI process included), fully sandboxed
   library  the client library (client/examples/bench_client.rs): connect, submit
            `pass`, outcome; measured inside that process
+  warm     the library with a warm profile: sandboxes built ahead by cold starts
+  zygote   the library with a zygote profile: sandboxes forked from a preloaded
+           interpreter, kept ready (and `zygote0`: none kept, each forked per job)
 Ratios are to the bare interpreter: the ratio of medians and the median of per-round
 ratios. Throughput: jobs per second with 1, 2 and 8 concurrent clients over a fixed time,
 bare interpreter starts beside library jobs. Memory: the daemon's and the spawner's peak
-resident set (VmHWM) after the run.
+resident set (VmHWM) after the run; private memory (USS) of idle warm sandboxes, of a
+zygote and its forked sandboxes, and of a small job forked from a zygote while it runs.
 
-Usage (as root, after `cargo build --release --workspace --bins --examples`):
+Usage (as root, after `cargo build --release --workspace --lib --bins --examples`; the
+zygote library is a lib target):
   python3 bench/perf.py [--runs 200] [--seconds 10] [--write docs/PERFORMANCE.md]
 """
 import argparse
@@ -141,16 +146,19 @@ def children(pid):
 
 def idle_warm_uss(spawner, sandboxes):
     """Once `sandboxes` warm sandboxes wait and nothing else runs: median USS per sandbox
-    (its init plus its interpreter), for plain ones and for numpy-preloaded ones."""
+    (its init plus its interpreter), for plain ones and for numpy-preloaded ones. (The
+    spawner's other children are zygotes' inits.)"""
+    def inits():
+        return [i for i in children(spawner) if not any(is_zygote(c) for c in children(i))]
     for _ in range(400):
-        if len(children(spawner)) >= sandboxes:
+        if len(inits()) >= sandboxes:
             break
         time.sleep(0.05)
     else:
         return None, None
     time.sleep(0.5)
     plain, numpy = [], []
-    for init in children(spawner):
+    for init in inits():
         procs = [init] + children(init)
         try:
             maps = "".join(open(f"/proc/{p}/maps").read() for p in procs)
@@ -160,6 +168,71 @@ def idle_warm_uss(spawner, sandboxes):
         (numpy if "numpy" in maps else plain).append(uss)
     med = lambda xs: statistics.median(xs) if xs else None
     return med(plain), med(numpy)
+
+
+def is_zygote(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"\0_vivarium_zygote = True" in f.read()
+    except OSError:
+        return False
+
+
+def zygote_uss(spawner, sandboxes):
+    """Once `sandboxes` forked sandboxes wait: median USS per forked sandbox (its init
+    plus its payload, both forked from the zygote), and each zygote's own (its init plus
+    the zygote), plain and numpy-preloaded."""
+    def families():
+        out = []
+        for init in children(spawner):
+            for z in children(init):
+                if is_zygote(z):
+                    out.append((init, z, [(c, children(c)) for c in children(z)]))
+        return out
+    for _ in range(400):
+        if sum(len(f[2]) for f in families()) >= sandboxes:
+            break
+        time.sleep(0.05)
+    else:
+        return None
+    time.sleep(0.5)
+    res = {"forked": [], "np-forked": [], "zygote": [], "np-zygote": []}
+    for init, z, kids in families():
+        try:
+            np = "numpy" in open(f"/proc/{z}/maps").read()
+            res[("np-" if np else "") + "zygote"].append(uss_kib(init) + uss_kib(z))
+            for c, gs in kids:
+                res[("np-" if np else "") + "forked"].append(uss_kib(c) + sum(uss_kib(g) for g in gs))
+        except OSError:
+            continue
+    return {k: (statistics.median(v) if v else None) for k, v in res.items()}
+
+
+def running_forked_uss(viv, sock, spawner, profile):
+    """USS of a small job forked from a zygote while it runs (its init plus its payload):
+    `profile` keeps no pool, so the only forked sandbox is the running job."""
+    job = subprocess.Popen([viv, "--socket", sock, "run", "--profile", profile, "-"],
+                           stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    job.stdin.write(b"import time\nx = [i for i in range(1000)]\ntime.sleep(1.5)\n")
+    job.stdin.close()
+    uss = None
+    for _ in range(100):
+        time.sleep(0.02)
+        for init in children(spawner):
+            for z in children(init):
+                if is_zygote(z):
+                    for c in children(z):
+                        gs = children(c)
+                        if gs:
+                            time.sleep(0.5)  # the job is in its sleep by now
+                            try:
+                                uss = uss_kib(c) + sum(uss_kib(g) for g in gs)
+                            except OSError:
+                                pass
+        if uss is not None:
+            break
+    job.wait(timeout=30)
+    return uss
 
 
 def spawner_pid(daemon_pid):
@@ -211,7 +284,9 @@ def main():
     lib_exe = os.path.join(args.target, "examples", "bench_client")
     for b in (daemon, viv, lib_exe):
         if not os.path.exists(b):
-            sys.exit(f"{b} missing: run `cargo build --release --workspace --bins --examples` first")
+            sys.exit(f"{b} missing: run `cargo build --release --workspace --lib --bins --examples` first")
+    if not os.path.exists(os.path.join(args.target, "libvivarium_zygote.so")):
+        sys.exit("libvivarium_zygote.so missing: run `cargo build --release --workspace --lib` first")
     if not shutil.which("bwrap"):
         sys.exit("bwrap missing: apt-get install bubblewrap")
     tmp = tempfile.mkdtemp(prefix="vivarium-perf-")
@@ -226,9 +301,14 @@ def main():
         assert '"-S"' in text
         with open(os.path.join(prof, "bench.toml"), "w") as f:
             f.write(text)
-        # The same policy with the warm path (sandboxes built ahead, one job each).
+        # The same policy with the warm path (sandboxes built ahead, one job each), built
+        # by cold starts or forked from a zygote (kept ready, or forked per job).
         with open(os.path.join(prof, "benchwarm.toml"), "w") as f:
             f.write(text + f"\n[warm]\npool = {args.pool}\nidle_secs = 600\n")
+        with open(os.path.join(prof, "benchzyg.toml"), "w") as f:
+            f.write(text + f"\n[warm]\nzygote = true\npool = {args.pool}\nidle_secs = 600\n")
+        with open(os.path.join(prof, "benchzyg0.toml"), "w") as f:
+            f.write(text + "\n[warm]\nzygote = true\npool = 0\nidle_secs = 600\n")
         sock = os.path.join(tmp, "d.sock")
         cfg = os.path.join(tmp, "d.toml")
         numpy = not args.no_numpy
@@ -244,6 +324,9 @@ def main():
                 f.write(np_text)
             with open(os.path.join(prof, "benchnpwarm.toml"), "w") as f:
                 f.write(np_text + f'\n[warm]\npool = {args.pool}\nidle_secs = 600\n'
+                        'packages = ["numpy"]\npreload = ["numpy"]\n')
+            with open(os.path.join(prof, "benchnpzyg.toml"), "w") as f:
+                f.write(np_text + f'\n[warm]\nzygote = true\npool = {args.pool}\nidle_secs = 600\n'
                         'packages = ["numpy"]\npreload = ["numpy"]\n')
             venv = os.path.join(tmp, "venv")
             subprocess.run([args.uv, "venv", "-q", "--python", PY, venv], check=True)
@@ -267,13 +350,17 @@ def main():
             f.write("pass\n")
         lib = Library(lib_exe, sock, "bench")
         warm = Library(lib_exe, sock, "benchwarm")
+        zyg = Library(lib_exe, sock, "benchzyg")
+        zyg0 = Library(lib_exe, sock, "benchzyg0")
         launchers = [
             ("bare", f"{PY} -I -S -c pass", lambda: timed([PY, *FLAGS, "-c", "pass"])),
             ("bwrap", "bwrap --unshare-all ... python3 -I -S -c pass", lambda: timed(bwrap_cmd("pass"))),
             ("viv", "viv run (CLI), sandboxed, -I -S", lambda: timed([viv, "--socket", sock, "run",
                                                                        "--profile", "bench", script])),
             ("library", "client library submit-to-outcome", lib),
-            ("warm", "warm path (library, warm profile)", warm),
+            ("warm", "warm path, sandboxes built by cold starts (library)", warm),
+            ("zygote", "warm path, sandboxes forked from a zygote (library)", zyg),
+            ("zygote0", "zygote without a pool: forked per job (library)", zyg0),
         ]
         np_code = "import numpy; print(numpy.arange(1000).sum())"
         if numpy:
@@ -290,10 +377,12 @@ def main():
 
             np_cold = Library(lib_exe, sock, "benchnp", np_code, "499500\n", ["numpy"])
             np_warm = Library(lib_exe, sock, "benchnpwarm", np_code, "499500\n", ["numpy"])
+            np_zyg = Library(lib_exe, sock, "benchnpzyg", np_code, "499500\n", ["numpy"])
             launchers += [
                 ("np-bare", "numpy: bare `python -I -c` (venv of the same interpreter)", np_bare),
                 ("np-cold", "numpy: library, cached environment, cold sandbox", np_cold),
-                ("np-warm", "numpy: library, warm profile preloading numpy", np_warm),
+                ("np-warm", "numpy: library, warm sandboxes (cold-built) preloading numpy", np_warm),
+                ("np-zygote", "numpy: library, zygote preloading numpy", np_zyg),
             ]
         for _ in range(10):  # warm the page cache and the daemon on every side
             for _, _, f in launchers:
@@ -303,11 +392,12 @@ def main():
             k = i % len(launchers)
             for name, _, f in launchers[k:] + launchers[:k]:
                 times[name].append(f())
-        lib.close()
-        warm.close()
+        for l in (lib, warm, zyg, zyg0):
+            l.close()
         if numpy:
             np_cold.close()
             np_warm.close()
+            np_zyg.close()
         rows = []
         for name, label, _ in launchers:
             xs = times[name]
@@ -319,11 +409,13 @@ def main():
         tput = []
         for clients in (1, 2, 8):
             tput.append((clients, bare_throughput(clients, args.seconds),
-                         library_throughput(lib_exe, sock, "bench", clients, args.seconds),
-                         library_throughput(lib_exe, sock, "benchwarm", clients, args.seconds)))
+                         *(library_throughput(lib_exe, sock, p, clients, args.seconds)
+                           for p in ("bench", "benchwarm", "benchzyg"))))
         sp = spawner_pid(d.pid)
         mem = (vm_hwm_kib(d.pid), vm_hwm_kib(sp) if sp else 0)
         pools = args.pool * (2 if numpy else 1)
+        zuss = zygote_uss(sp, pools) if sp else None
+        running = running_forked_uss(viv, sock, sp, "benchzyg0") if sp else None
         warm_uss, np_uss = idle_warm_uss(sp, pools) if sp else (None, None)
     finally:
         if d is not None:
@@ -341,15 +433,24 @@ def main():
               "numpy row; the other rows' ratios are to bare `-c pass`." if numpy else
               "numpy rows: skipped (--no-numpy).",
               "", f"Throughput over {args.seconds:g} s per cell (jobs/s):", "",
-              "| concurrent clients | bare `python3 -I -S -c pass` | sandboxed, cold | ratio | sandboxed, warm | ratio |",
-              "|---:|---:|---:|---:|---:|---:|"]
-    lines += [f"| {c} | {b:.1f} | {s:.1f} | {s / b:.2f}x | {w:.1f} | {w / b:.2f}x |" for c, b, s, w in tput]
+              "| concurrent clients | bare `python3 -I -S -c pass` | sandboxed, cold | ratio "
+              "| warm, cold-built | ratio | warm, zygote | ratio |",
+              "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines += [f"| {c} | {b:.1f} | {s:.1f} | {s / b:.2f}x | {w:.1f} | {w / b:.2f}x | {z:.1f} | {z / b:.2f}x |"
+              for c, b, s, w, z in tput]
+    mib = lambda k: f"{k / 1024:.1f} MiB" if k is not None else "not measured"
+    zuss = zuss or {}
     lines += ["", f"Peak resident memory (VmHWM): daemon {mem[0] / 1024:.1f} MiB, "
                   f"spawner {mem[1] / 1024:.1f} MiB. Idle warm sandbox, private memory (USS of "
                   f"its init + its waiting interpreter, median): "
                   + (f"{warm_uss / 1024:.1f} MiB" if warm_uss is not None else "not measured")
                   + "; with numpy preloaded: "
-                  + (f"{np_uss / 1024:.1f} MiB." if np_uss is not None else "not measured.")]
+                  + (f"{np_uss / 1024:.1f} MiB." if np_uss is not None else "not measured."),
+              "",
+              f"Zygote, private memory (USS, median): a ready forked sandbox (init + payload) "
+              f"{mib(zuss.get('forked'))}, numpy-preloaded {mib(zuss.get('np-forked'))}; a running "
+              f"small job forked from the zygote {mib(running)}; the zygote itself (its init + "
+              f"interpreter) {mib(zuss.get('zygote'))}, numpy-preloaded {mib(zuss.get('np-zygote'))}."]
     out = "\n".join(lines)
     print(out)
     if args.write:

@@ -354,17 +354,18 @@ pub fn build(
     }
 }
 
-/// Build the plan of a warm sandbox for `profile`: the profile's own limits, and the
+/// Build the plan of a warm sandbox for `profile` with `limits` (the profile's own for
+/// a pool; a job's own for a sandbox forked from a zygote for that job), and the
 /// interpreter started with the profile's flags and [`WARM_BOOTSTRAP`] in place of a
 /// script.
 pub fn build_warm(
     job_id: u64,
     profile: &Profile,
+    limits: &JobLimits,
     seccomp: Vec<Vec<(u16, u8, u8, u32)>>,
     zygote_seccomp: Option<&ZygoteSeccompWire>,
 ) -> JobPlan {
-    let limits = profile.default_limits();
-    let mut plan = build(job_id, profile, &limits, &[], seccomp, false);
+    let mut plan = build(job_id, profile, limits, &[], seccomp, false);
     plan.argv.pop(); // the script path
     plan.argv.push("-c".into());
     plan.argv.push(WARM_BOOTSTRAP.into());
@@ -407,7 +408,7 @@ mod tests {
             vec![vec![(6, 0, 0, 0)]],
             false,
         );
-        let warm = build_warm(9, &p, vec![vec![(6, 0, 0, 0)]], None);
+        let warm = build_warm(9, &p, &p.default_limits(), vec![vec![(6, 0, 0, 0)]], None);
         assert!(warm.warm && !cold.warm);
         assert_eq!(
             warm.argv,

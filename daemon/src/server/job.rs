@@ -88,9 +88,12 @@ pub async fn run(
         };
         // A warm sandbox, if one fits (it brings its packages, if any, installed).
         let warm = if super::warm::eligible(&daemon, &req.active, &req.limits, &req.packages) {
-            match daemon.warm.take(&req.profile, &req.active) {
-                // None ready: with a zygote, fork one now (a few ms) rather than start cold.
-                None if req.active.profile.file.warm.zygote => super::warm::build(&daemon, &req.active)
+            let own = req.active.profile.default_limits();
+            let pooled = req.limits.memory_bytes == own.memory_bytes && req.limits.pids == own.pids;
+            match pooled.then(|| daemon.warm.take(&req.profile, &req.active)).flatten() {
+                // None ready (or other limits): with a zygote, fork one for this job now (a
+                // few ms) rather than start cold.
+                None if req.active.profile.file.warm.zygote => super::warm::build(&daemon, &req.active, &req.limits)
                     .await
                     .inspect_err(|why| tracing::warn!(error = %why, "no sandbox from the zygote; starting cold"))
                     .ok(),

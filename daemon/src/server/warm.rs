@@ -106,10 +106,11 @@ impl WarmPools {
     }
 }
 
-/// Whether a job can take a warm sandbox: the profile keeps a pool, cgroups carry its
-/// limits (a warm sandbox's rlimit stand-ins would count the interpreter's start-up),
-/// and the job's memory and process limits are the profile's own (they were fixed when
-/// the sandbox was built; wall, CPU and output limits are applied at delivery).
+/// Whether a job can run in a warm sandbox: the profile keeps a pool or a zygote,
+/// cgroups carry its limits (a warm sandbox's rlimit stand-ins would count the
+/// interpreter's start-up), and, without a zygote, the job's memory and process limits
+/// are the profile's own (a pool's sandboxes were built with them; wall, CPU and output
+/// limits are applied at delivery; a zygote forks a sandbox with the job's own).
 /// A job with packages takes one only if it asks for exactly the profile's
 /// `warm.packages` (compared as normalized requirements).
 pub fn eligible(
@@ -127,8 +128,7 @@ pub fn eligible(
     asked.sort_unstable();
     asked.dedup();
     let offered = active.profile.warm_packages.iter().map(|r| r.text.as_str());
-    limits.memory_bytes == own.memory_bytes
-        && limits.pids == own.pids
+    (warm.zygote || (limits.memory_bytes == own.memory_bytes && limits.pids == own.pids))
         && asked.into_iter().eq(offered)
 }
 
@@ -208,7 +208,7 @@ async fn tend(daemon: &Arc<Daemon>, backoff: &mut HashMap<String, Instant>) -> b
     let Some((name, active)) = wanted else {
         return false;
     };
-    match build(daemon, &active).await {
+    match build(daemon, &active, &active.profile.default_limits()).await {
         Ok(w) => {
             let mut pools = daemon.warm.pools.lock().expect("warm pools lock");
             if let Some(pool) = pools.get_mut(&name) {
@@ -270,9 +270,11 @@ async fn await_ready(err_r: OwnedFd) -> Result<OwnedFd, String> {
 }
 
 /// Build one warm sandbox and wait until its interpreter has been exec'd.
+/// (`limits`: the profile's own for a pool; a job's own for a sandbox forked for it.)
 pub(super) async fn build(
     daemon: &Arc<Daemon>,
     active: &Arc<ActiveProfile>,
+    limits: &crate::profile::JobLimits,
 ) -> Result<WarmSandbox, String> {
     let job_id = daemon
         .next_job
@@ -280,6 +282,7 @@ pub(super) async fn build(
     let mut plan = plan::build_warm(
         job_id,
         &active.profile,
+        limits,
         active.seccomp.clone(),
         active.zygote_seccomp.as_ref(),
     );

@@ -324,23 +324,34 @@ async fn deadlines_start_when_the_code_is_delivered() {
 }
 
 /// A job that tightens its memory or process limit cannot use a sandbox built with the
-/// profile's: it runs cold, and its limit holds.
+/// profile's: without a zygote it runs cold; with one, a sandbox is forked for it with
+/// its own limits. Either way its limits hold (an OOM kill at 64 MiB; forks refused at 8
+/// tasks).
 #[tokio::test(flavor = "multi_thread")]
-async fn tighter_memory_or_pids_run_cold() {
+async fn tighter_memory_or_pids_run_with_their_own_limits() {
     if !require_root() {
         return;
     }
     let daemon = start(2, 300);
     fill(&daemon, "hot", 2).await;
+    let balloon = format!(
+        "{WARM_MARK}import sys\nsys.stdout.flush()\nchunks = []\nwhile True:\n    chunks.append(b'x' * (8 << 20))\n"
+    );
     let done = daemon
-        .run_job(&Job::new(WARM_MARK).profile("hot").memory_bytes(64 << 20))
+        .run_job(&Job::new(balloon).profile("hot").memory_bytes(64 << 20))
         .await;
-    assert_eq!(done.outcome.reason, Reason::Ok, "{}", describe(&done));
-    assert!(!ran_warm(&done), "{}", describe(&done));
-    let done = daemon
-        .run_job(&Job::new(WARM_MARK).profile("hot").pids(8))
-        .await;
-    assert!(!ran_warm(&done), "{}", describe(&done));
+    assert_eq!(done.outcome.reason, Reason::Oom, "{}", describe(&done));
+    assert_eq!(ran_warm(&done), ZYGOTE, "{}", describe(&done));
+    let forks = format!(
+        "{WARM_MARK}import os, time\nrefused = 0\nfor _ in range(16):\n    try:\n        if os.fork() == 0:\n            time.sleep(2)\n            os._exit(0)\n    except BlockingIOError:\n        refused += 1\nprint('refused', refused > 0)\n"
+    );
+    let done = daemon.run_job(&Job::new(forks).profile("hot").pids(8)).await;
+    assert_eq!(ran_warm(&done), ZYGOTE, "{}", describe(&done));
+    assert!(
+        String::from_utf8_lossy(&done.stdout).contains("refused True"),
+        "{}",
+        describe(&done)
+    );
 }
 
 /// With no demand for `idle_secs`, the pool is emptied: no process, cgroup, mount or fd of
