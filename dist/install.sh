@@ -49,14 +49,17 @@ if [ "$(id -u)" != 0 ]; then
   exit 1
 fi
 
-# 1. The binaries: vivariumd (the daemon) and viv (the client).
+# 1. The binaries: vivariumd (the daemon) and viv (the client), and the zygote library
+#    (profiles with `warm.zygote`; the daemon looks for it in ../lib/vivarium/).
 if [ "$build" = 1 ]; then
   cargo install --locked --root "$PREFIX" --path "$repo/daemon"
   cargo install --locked --root "$PREFIX" --path "$repo/client"
+  (cd "$repo" && cargo build --locked --release -p vivarium-zygote)
 else
   install -D -m 0755 "$repo/target/release/vivariumd" "$PREFIX/bin/vivariumd"
   install -D -m 0755 "$repo/target/release/viv" "$PREFIX/bin/viv"
 fi
+install -D -m 0644 "$repo/target/release/libvivarium_zygote.so" "$PREFIX/lib/vivarium/libvivarium_zygote.so"
 
 # 2. The group whose members may connect (socket 0660 root:vivarium).
 getent group vivarium >/dev/null || groupadd --system vivarium

@@ -57,7 +57,7 @@ log "host tools"
 timed tools 900 "$here/host-tools.sh"
 
 log "host build: cargo build --release (vivariumd, viv) and the daemon's unit-test binary"
-timed build 2400 cargo build --release --locked -p vivariumd -p vivarium-client
+timed build 2400 cargo build --release --locked -p vivariumd -p vivarium-client -p vivarium-zygote
 timed test-build 2400 cargo test --locked -p vivariumd --lib --no-run
 test_bin=$(cargo test --locked -p vivariumd --lib --no-run --message-format=json 2>/dev/null \
   | python3 -c 'import json,sys
@@ -83,7 +83,7 @@ rm -rf "$payload" "$results"
 mkdir -p "$payload/target/release" "$payload/target/vm-tests" "$payload/tests" "$results"
 cp -r "$repo/dist" "$repo/profiles" "$payload/"
 cp -r "$here" "$payload/tests/vm"
-cp "$target/release/vivariumd" "$target/release/viv" "$payload/target/release/"
+cp "$target/release/vivariumd" "$target/release/viv" "$target/release/libvivarium_zygote.so" "$payload/target/release/"
 cp "$test_bin" "$payload/target/vm-tests/vivariumd-lib"
 
 serial="$WORK/serial.log"

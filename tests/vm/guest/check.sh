@@ -76,6 +76,9 @@ check users bash -c 'id alice; id mallory'
 # the first connection, so the socket-activated daemon loads it at start.
 sed -e 's/^description = .*/description = "compat with a warm pool (VM tier)"/' /etc/vivarium/profiles/compat.toml > /etc/vivarium/profiles/warmcompat.toml
 printf '\n[warm]\npool = 1\nidle_secs = 10\n' >> /etc/vivarium/profiles/warmcompat.toml
+# And a zygote: each job's sandbox forked from one interpreter (none kept ready).
+sed -e 's/^description = .*/description = "compat with a zygote (VM tier)"/' /etc/vivarium/profiles/compat.toml > /etc/vivarium/profiles/zygcompat.toml
+printf '\n[warm]\nzygote = true\npool = 0\nidle_secs = 10\n' >> /etc/vivarium/profiles/zygcompat.toml
 
 step "first job: socket activation, as a member of vivarium"
 script hello <<'EOF'
@@ -176,6 +179,27 @@ run_job warmspin alice --profile warmcompat --cpu 1 --timeout 30
 check warm_cpu_limit_counts_from_delivery bash -c "outcome_common $T/warmspin.json CpuLimit 124 && grep -q '\"stdout\": \"WARM' $T/warmspin.json && jq_ $T/warmspin.json 'd[\"usage\"]' && [ \$(jq_ $T/warmspin.json 'd[\"usage\"][\"cpu_ms\"]') -lt 3000 ]"
 # idle_secs = 10: with no demand, the pool empties and its sandbox's cgroup goes with it.
 check warm_pool_empties_when_idle bash -c "wait_for 90 bash -c '[ -z \"\$(job_dirs)\" ]' && echo 'no job cgroup left under $UNIT_CG'"
+
+step "the zygote on cgroup v2: sandboxes forked from one interpreter, attached through cgroup.procs"
+script zyg <<'EOF'
+import sys
+print('ZYGOTE' if any(a.startswith('_vivarium_zygote') for a in sys.orig_argv) else 'OTHER', flush=True)
+EOF
+# The first job starts the zygote (and waits for it); every job is forked from it.
+for i in 1 2 3 4 5 6 7 8 9 10; do
+  run_job zyg alice --profile zygcompat
+  grep -q '"stdout": "ZYGOTE' $T/zyg.json && break
+  sleep 3
+done
+check zygote_job_forked bash -c "outcome_common $T/zyg.json Ok 0 && grep -q '\"stdout\": \"ZYGOTE' $T/zyg.json && jq_ $T/zyg.json 'd[\"isolation\"]' && echo 'after $i jobs'"
+{ cat $T/zyg.py; cat $T/oom.py; } > $T/zygoom.py && chmod 644 $T/zygoom.py
+run_job zygoom alice --profile zygcompat --memory 64M
+check zygote_forked_job_oom_with_its_own_limit bash -c "outcome_common $T/zygoom.json Oom 121 && grep -q '\"stdout\": \"ZYGOTE' $T/zygoom.json"
+{ cat $T/zyg.py; printf 'while True:\n    pass\n'; } > $T/zygspin.py && chmod 644 $T/zygspin.py
+run_job zygspin alice --profile zygcompat --cpu 1 --timeout 30
+check zygote_cpu_limit_counts_from_delivery bash -c "outcome_common $T/zygspin.json CpuLimit 124 && grep -q '\"stdout\": \"ZYGOTE' $T/zygspin.json && [ \$(jq_ $T/zygspin.json 'd[\"usage\"][\"cpu_ms\"]') -lt 3000 ]"
+# idle_secs = 10: the zygote ends, and its cgroup with it.
+check zygote_ends_when_idle bash -c "wait_for 90 bash -c '[ -z \"\$(job_dirs)\" ]' && ! pgrep -f '^/usr/bin/python3 .*_vivarium_zygote' && echo 'no zygote, no cgroup left under $UNIT_CG'"
 
 step "the daemon's cgroup layout under its delegated subtree, while a job runs"
 script sleeper <<'EOF'
