@@ -48,8 +48,9 @@ use vivariumd::sandbox::weaken::Layer;
 
 /// Jobs in flight at once (the machine may have two CPUs).
 const CONCURRENCY: usize = 4;
-/// The shipped profiles, where every probe must be BLOCKED.
-const REAL_PROFILES: [&str; 2] = ["default", "compat"];
+/// The shipped profiles, where every probe must be BLOCKED (`zygote`: each probe in a
+/// sandbox forked from a zygote).
+const REAL_PROFILES: [&str; 3] = ["default", "compat", "zygote"];
 /// The test-only weakened profiles in `tests/attack/profiles/`.
 const WEAK_PROFILES: [&str; 4] = ["weak-seccomp", "weak-net", "weak-binds", "weak-env"];
 /// What every outcome of a weakened daemon must say in its `not_enforced`.
@@ -813,8 +814,8 @@ fn render_table(probes: &[Probe], answers: &BTreeMap<(String, String), Answer>) 
     let proved: usize = classes.values().map(|c| c.1).sum();
     let _ = writeln!(out, "| **all** | **{}** | **{proved}** |\n", probes.len());
     out.push_str(
-        "| probe | technique | blocked by | default | compat | detector proof: switched off → verdict |\n\
-         | --- | --- | --- | --- | --- | --- |\n",
+        "| probe | technique | blocked by | default | compat | zygote | detector proof: switched off → verdict |\n\
+         | --- | --- | --- | --- | --- | --- | --- |\n",
     );
     for p in probes {
         let weak = match &p.weakened {
@@ -823,12 +824,13 @@ fn render_table(probes: &[Probe], answers: &BTreeMap<(String, String), Answer>) 
         };
         let _ = writeln!(
             out,
-            "| `{}` | {} | {} | {} | {} | {weak} |",
+            "| `{}` | {} | {} | {} | {} | {} | {weak} |",
             p.name,
             p.technique.replace('|', "\\|"),
             p.blocked_by,
             verdict(&p.name, "default"),
             verdict(&p.name, "compat"),
+            verdict(&p.name, "zygote"),
         );
     }
     out.push_str("\n### Probes without a detector proof\n");
