@@ -138,23 +138,25 @@ fn pipe() -> Result<(OwnedFd, OwnedFd), SetupError> {
 /// from the caller's own, as it does after the previous job's: it is reset first, with
 /// `setns` to the zygote's own pid namespace.)
 pub fn new_pid_namespace() -> std::io::Result<()> {
-    static OWN: std::sync::OnceLock<OwnedFd> = std::sync::OnceLock::new();
-    let own = match OWN.get() {
+    let mut own = OWN_PID_NS.lock().unwrap_or_else(|p| p.into_inner());
+    let fd = match own.as_ref() {
         Some(fd) => fd,
-        None => {
-            let fd = std::fs::File::open("/proc/self/ns/pid")?;
-            OWN.get_or_init(|| fd.into())
-        }
+        None => own.insert(std::fs::File::open("/proc/self/ns/pid")?.into()),
     };
-    nix::sched::setns(own, CloneFlags::CLONE_NEWPID)?;
+    nix::sched::setns(fd, CloneFlags::CLONE_NEWPID)?;
     nix::sched::unshare(CloneFlags::CLONE_NEWPID).map_err(std::io::Error::from)
 }
+
+/// The zygote's own pid namespace (for [`new_pid_namespace`]); closed in each child.
+static OWN_PID_NS: Mutex<Option<OwnedFd>> = Mutex::new(None);
 
 /// Step 2, in the job's init (the zygote's fresh child). `fds`: the job's stdin, stdout
 /// and stderr, the status pipe's write end, then the cgroup files to write `0` to.
 /// Returns on success; on failure reports `Failed` on the status pipe and exits.
 pub fn job_prepare(plan: &[u8], fds: Vec<OwnedFd>) {
     std::panic::set_hook(Box::new(|_| sys::exit_now(123)));
+    // Nothing of the zygote's stays open in the job.
+    drop(OWN_PID_NS.lock().unwrap_or_else(|p| p.into_inner()).take());
     let mut fds = fds.into_iter();
     let (Some(stdin), Some(stdout), Some(stderr), Some(status)) =
         (fds.next(), fds.next(), fds.next(), fds.next())
