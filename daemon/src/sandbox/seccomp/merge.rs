@@ -20,9 +20,9 @@
 //! - A number whose filters all answer without arguments gets the kernel's combination of
 //!   those answers (most recently installed first, a strictly more restrictive action
 //!   wins), as one `RET`. A number for which exactly one filter looks at the arguments
-//!   while every other one allows it outright jumps into an unchanged copy of that filter
-//!   (cBPF jumps are relative, so a whole program can be appended and entered at its
-//!   start); its answer is then the stack's answer.
+//!   while every other one allows it outright jumps into a copy of that filter, compiled
+//!   with only its argument-checking rules (cBPF jumps are relative, so a whole program can
+//!   be appended and entered at its start); its answer is then the stack's answer.
 //! - Anything else (two filters checking the arguments of one number, an instruction this
 //!   evaluator does not know) is not merged: [`merge`] returns `None` and the caller keeps
 //!   the stack, which is as strict and only slower.
@@ -65,10 +65,18 @@ enum Leaf {
 }
 
 /// The stack `filters` (installation order) as one program with the same verdict for every
-/// `seccomp_data`, or `None` when it cannot be merged (see the module docs).
-pub(super) fn merge(filters: &[BpfProgram]) -> Option<BpfProgram> {
+/// `seccomp_data`, or `None` when it cannot be merged (see the module docs). `checks[i]` is
+/// what is copied in for the numbers whose verdict `filters[i]` takes from the arguments:
+/// `filters[i]` itself, or a version of it with only its argument-checking rules (the same
+/// rules for those numbers, shorter to compile).
+pub(super) fn merge(filters: &[BpfProgram], checks: &[BpfProgram]) -> Option<BpfProgram> {
     let prefix = arch_prefix(filters.first()?)?;
-    if filters.iter().any(|f| arch_prefix(f) != Some(prefix)) {
+    if checks.len() != filters.len()
+        || filters
+            .iter()
+            .chain(checks)
+            .any(|f| arch_prefix(f) != Some(prefix))
+    {
         return None;
     }
     let audit_arch = prefix[1].k;
@@ -105,7 +113,7 @@ pub(super) fn merge(filters: &[BpfProgram]) -> Option<BpfProgram> {
     for &(_, index) in &entries {
         if starts[index].is_none() {
             starts[index] = Some(program.len());
-            program.extend_from_slice(&filters[index]);
+            program.extend_from_slice(&checks[index]);
         }
     }
     for (at, index) in entries {
@@ -287,6 +295,7 @@ mod tests {
     #[test]
     fn a_filter_without_seccompilers_arch_check_is_not_merged() {
         let allow_all: BpfProgram = vec![stmt(RET_K, RET_ALLOW)];
-        assert!(merge(&[allow_all]).is_none());
+        let one = std::slice::from_ref(&allow_all);
+        assert!(merge(one, one).is_none());
     }
 }

@@ -76,9 +76,9 @@
 //! The stack above is the reference semantics; what [`compile`] returns, and [`apply`]
 //! installs, is normally ONE filter built from it by `merge.rs`: the stack's verdict for
 //! every syscall number, found by evaluating the three filters, behind a binary search on
-//! the number, with an unchanged copy of the one filter that checks arguments for the few
-//! numbers that have argument rules (`clone`, `ioctl`, `personality`, `socket`,
-//! `socketpair`). A unit test compares the two for every syscall number (native and x32)
+//! the number, with a copy of the one filter that checks arguments (compiled with only its
+//! argument rules) for the few numbers that have such rules (`clone`, `ioctl`,
+//! `personality`, `socket`, `socketpair`). A unit test compares the two for every syscall number (native and x32)
 //! and the argument values the rules look at. A policy the merge cannot handle keeps the
 //! stack (equally strict, slower to install). [`apply`] and any consumer of
 //! [`SeccompProgram::to_wire`] install the filters in the order given.
@@ -96,7 +96,7 @@
 //! precompute that cache by emulating the filter for every syscall number, so the cost grows
 //! with the length of the path to each number's verdict. Measured here (kernel 6.18): the
 //! three stacked filters took about 1 ms to install (traced: 0.6 + 0.1 + 0.9 ms), the merged
-//! filter (about 710 instructions, about ten to most verdicts) 0.2-0.45 ms traced; a cached
+//! filter (about 360 instructions, about ten to most verdicts) 0.2-0.45 ms traced; a cached
 //! syscall costs ~70 ns more (the seccomp syscall-entry path).
 //!
 //! [`compile`] validates the policy (sections, actions, comments, argument widths, no
@@ -305,9 +305,12 @@ pub(crate) fn compile_for_arch(
     allow_inet: bool,
     arch: TargetArch,
 ) -> Result<SeccompProgram, SeccompError> {
-    let filters = compile_stack(policy_json, allow_inet, arch)?;
+    let filters = compile_stack(policy_json, allow_inet, arch, false)?;
+    // The same stack with only the argument-checking rules in the deny filters: what the
+    // merged program copies in for the numbers that have such rules.
+    let checks = compile_stack(policy_json, allow_inet, arch, true)?;
     // One filter with the same verdicts when the stack allows it (merge.rs), else the stack.
-    let filters = match merge::merge(&filters) {
+    let filters = match merge::merge(&filters, &checks) {
         Some(merged) => vec![merged],
         None => filters,
     };
@@ -322,11 +325,13 @@ pub(crate) fn compile_for_arch(
 }
 
 /// The policy as seccompiler's stacked filters, in installation order: the reference
-/// semantics that the merged program reproduces.
+/// semantics that the merged program reproduces. With `checks_only`, the deny filters keep
+/// only their rules with argument conditions.
 fn compile_stack(
     policy_json: &[u8],
     allow_inet: bool,
     arch: TargetArch,
+    checks_only: bool,
 ) -> Result<Vec<BpfProgram>, SeccompError> {
     let policy: PolicyFile =
         serde_json::from_slice(policy_json).map_err(|source| SeccompError::Parse { source })?;
@@ -339,6 +344,12 @@ fn compile_stack(
     };
     let deny = [("deny", &policy.deny), (socket_name, socket_filter)];
     let allowlist = policy.allowlist.with_denied_names(deny.map(|(_, f)| f));
+    let checks = deny.map(|(name, f)| (name, f.checks_only()));
+    let deny = if checks_only {
+        [(checks[0].0, &checks[0].1), (checks[1].0, &checks[1].1)]
+    } else {
+        deny
+    };
 
     // Installation order: the deny filters first, the allowlist last (see module docs).
     let mut sections: BTreeMap<&str, &FilterSpec> = deny.into_iter().collect();
@@ -537,6 +548,13 @@ impl FilterSpec {
             }
         }
         Ok(())
+    }
+
+    /// The rules with argument conditions only.
+    fn checks_only(&self) -> Self {
+        let mut out = self.clone();
+        out.filter.retain(|r| r.args.is_some());
+        out
     }
 
     /// This allowlist plus every syscall the given deny filters refuse unconditionally, so that
