@@ -562,7 +562,7 @@ impl Spawner {
         // The spare network namespace when the job wants a new one (see SpareNet). The
         // spawner is in it only around the clone3.
         let mut in_spare = false;
-        if flags & libc::CLONE_NEWNET != 0 {
+        if flags & libc::CLONE_NEWNET != 0 && !weak.drops(Layer::NetNsOwner) {
             if let Some(spare) = self.net.spare.take() {
                 if nix::sched::setns(&spare, nix::sched::CloneFlags::CLONE_NEWNET).is_ok() {
                     flags &= !libc::CLONE_NEWNET;
