@@ -281,12 +281,26 @@ pub(crate) fn unexpected(wanted: &str, got: &Event) -> ClientError {
     ClientError::Protocol(format!("expected {wanted}, got {kind}"))
 }
 
-/// Connect a SOCK_SEQPACKET socket to `path`. The connect itself is blocking (on a
-/// blocking thread): a non-blocking connect to a unix socket whose listen queue is full
-/// fails with EAGAIN, which tokio-seqpacket 0.8 mistakes for "in progress", handing back
-/// a socket that was never connected. A blocking connect waits for room instead.
+/// Connect a SOCK_SEQPACKET socket to `path`. A non-blocking connect to a unix socket
+/// either completes at once or, when the listen queue is full, fails with EAGAIN, which
+/// tokio-seqpacket 0.8 mistakes for "in progress", handing back a socket that was never
+/// connected. So: one non-blocking attempt here (the common case, no thread involved),
+/// and on EAGAIN a blocking connect on a blocking thread, which waits for room instead.
 async fn connect_socket(path: &Path) -> std::io::Result<UnixSeqpacket> {
     use nix::sys::socket::{connect, socket, AddressFamily, SockFlag, SockType, UnixAddr};
+    let addr = UnixAddr::new(path)?;
+    let fd = socket(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
+        None,
+    )?;
+    match connect(std::os::fd::AsRawFd::as_raw_fd(&fd), &addr) {
+        Ok(()) => return UnixSeqpacket::try_from(fd),
+        Err(nix::Error::EAGAIN) => {}
+        Err(e) => return Err(e.into()),
+    }
+    drop(fd);
     let path = path.to_path_buf();
     let fd = tokio::task::spawn_blocking(move || -> std::io::Result<std::os::fd::OwnedFd> {
         let fd = socket(

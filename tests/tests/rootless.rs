@@ -149,7 +149,7 @@ async fn rootless_jobs_keep_every_other_layer_and_say_what_is_weaker() {
         iso.landlock,
         Some(vivarium_client::proto::LandlockStatus::FullyEnforced)
     );
-    assert_eq!(iso.seccomp_filters, 3);
+    assert_eq!(iso.seccomp_filters, 1);
     assert_eq!(iso.cgroup, None);
     assert_eq!(iso.namespaces.len(), 7);
     assert!(

@@ -29,18 +29,36 @@ pub(crate) enum StdinSource {
 
 /// Pick the job's stdin: an explicit file wins; `--no-stdin` and code read from stdin mean
 /// empty; otherwise forward viv's stdin unless it is a terminal (a job should not sit
-/// waiting on a keyboard nobody knows it reads).
+/// waiting on a keyboard nobody knows it reads) or `/dev/null` (empty either way, and
+/// forwarding it would cost a reader thread and a frame).
 pub(crate) fn choose_stdin(
     code_from_stdin: bool,
     no_stdin: bool,
     stdin_file: Option<PathBuf>,
-    stdin_is_terminal: bool,
+    stdin_is_terminal_or_null: bool,
 ) -> StdinSource {
     match stdin_file {
         Some(path) => StdinSource::File(path),
-        None if no_stdin || code_from_stdin || stdin_is_terminal => StdinSource::Empty,
+        None if no_stdin || code_from_stdin || stdin_is_terminal_or_null => StdinSource::Empty,
         None => StdinSource::Inherit,
     }
+}
+
+/// Whether viv's stdin is a terminal or `/dev/null` (the character device 1:3).
+fn stdin_has_nothing_to_forward() -> bool {
+    let stdin = std::io::stdin();
+    if stdin.is_terminal() {
+        return true;
+    }
+    use nix::sys::stat::SFlag;
+    const DEV_NULL: (u64, u64) = (1, 3);
+    nix::sys::stat::fstat(&stdin).is_ok_and(|st| {
+        SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFCHR
+            && (
+                nix::sys::stat::major(st.st_rdev),
+                nix::sys::stat::minor(st.st_rdev),
+            ) == DEV_NULL
+    })
 }
 
 /// Check that the script is UTF-8, with a message that says where it is not.
@@ -131,8 +149,9 @@ async fn run_inner(socket: &Path, args: RunArgs, verbose: bool) -> Result<i32, F
             .map_err(|e| Failure::Local(format!("cannot read the script from stdin: {e}")))?;
         code_to_string("the script on stdin", code)
     } else {
-        let code = tokio::fs::read(&args.file)
-            .await
+        // A plain read: nothing else runs yet, and tokio::fs would start a blocking
+        // thread just for this.
+        let code = std::fs::read(&args.file)
             .map_err(|e| Failure::Local(format!("cannot read {name}: {e}")))?;
         code_to_string(&name, code)
     }
@@ -142,7 +161,7 @@ async fn run_inner(socket: &Path, args: RunArgs, verbose: bool) -> Result<i32, F
         code_from_stdin,
         args.no_stdin,
         args.stdin_file,
-        std::io::stdin().is_terminal(),
+        stdin_has_nothing_to_forward(),
     );
     let stdin: Option<Box<dyn AsyncRead + Unpin + Send>> = match stdin_choice {
         StdinSource::Empty => None,

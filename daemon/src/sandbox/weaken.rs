@@ -37,6 +37,11 @@ pub enum Layer {
     PidNs,
     /// No new network namespace: the job shares the host's (loopback included).
     NetNs,
+    /// The job's network namespace is made by its own `clone3` (`CLONE_NEWNET`), inside
+    /// the job's user namespace, instead of being a spare made ahead by the spawner and
+    /// owned by the host's user namespace: the job's uid 0 then holds capabilities over
+    /// it (CAP_NET_RAW, CAP_NET_ADMIN), as with `caps` the payload does too.
+    NetNsOwner,
     /// No new UTS namespace (and no hostname of its own).
     UtsNs,
     /// No new cgroup namespace: /proc/self/cgroup shows host paths.
@@ -66,9 +71,10 @@ pub enum Layer {
 }
 
 impl Layer {
-    pub const ALL: [Layer; 14] = [
+    pub const ALL: [Layer; 15] = [
         Layer::PidNs,
         Layer::NetNs,
+        Layer::NetNsOwner,
         Layer::UtsNs,
         Layer::CgroupNs,
         Layer::Landlock,
@@ -88,6 +94,7 @@ impl Layer {
         match self {
             Layer::PidNs => "pid-ns",
             Layer::NetNs => "net-ns",
+            Layer::NetNsOwner => "net-ns-owner",
             Layer::UtsNs => "uts-ns",
             Layer::CgroupNs => "cgroup-ns",
             Layer::Landlock => "landlock",

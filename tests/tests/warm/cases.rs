@@ -167,13 +167,14 @@ async fn a_warm_job_is_isolated_exactly_like_a_cold_one() {
             comparable(normalize(&evidence(&warm)), true),
             "{name}: a warm job's evidence differs from a cold one's"
         );
-        // A forked job reports what it has: the zygote's three filters (the policy plus
-        // what a zygote needs) and its own two (which give those extras the policy's
-        // verdicts back; the evidence above shows the same answers).
+        // A forked job reports what it has: the zygote's filter (the policy plus what a
+        // zygote needs) and its own two (which give those extras the policy's verdicts
+        // back; the evidence above shows the same answers).
         let mut isolation = warm.outcome.isolation.clone();
         if ZYGOTE {
-            assert_eq!(isolation.seccomp_filters, 5, "{name}");
-            isolation.seccomp_filters = 3;
+            let cold_filters = cold.outcome.isolation.seccomp_filters;
+            assert_eq!(isolation.seccomp_filters, cold_filters + 2, "{name}");
+            isolation.seccomp_filters = cold_filters;
         }
         assert_eq!(cold.outcome.isolation, isolation, "{name}");
         assert!(wait_until(Duration::from_secs(20), || pythons(&daemon) >= 2));

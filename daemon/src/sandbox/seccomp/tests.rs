@@ -37,6 +37,11 @@ fn program(allow_inet: bool) -> SeccompProgram {
     compile(&policy_json(), allow_inet).expect("compile shipped seccomp policy")
 }
 
+/// The stacked seccompiler filters the merged program is built from.
+fn stack(allow_inet: bool) -> Vec<BpfProgram> {
+    compile_stack(&policy_json(), allow_inet, TargetArch::x86_64, false).expect("compile the stack")
+}
+
 // ---- a cBPF interpreter for the instructions seccompiler emits -------------------------
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -124,7 +129,9 @@ fn ioctl_args(request: u64) -> [u64; 6] {
 fn shipped_policy_compiles_in_both_modes() {
     for allow_inet in [false, true] {
         let program = program(allow_inet);
-        assert_eq!(program.filter_count(), 3);
+        // The shipped policy merges into one filter (merge.rs).
+        assert_eq!(program.filter_count(), 1);
+        assert_eq!(stack(allow_inet).len(), 3);
         assert!(program.filters.iter().all(|f| f.len() < 4096));
         assert!(program.instruction_count() + 12 <= MAX_INSNS_PER_PATH);
     }
@@ -483,12 +490,8 @@ fn verdicts_do_not_depend_on_filter_order() {
         .chain([libc::TCGETS, libc::TIOCSTI, libc::FIONREAD].map(ioctl_args))
         .collect();
     for allow_inet in [false, true] {
-        let program = program(allow_inet);
-        let [a, b, c] = [
-            &program.filters[0],
-            &program.filters[1],
-            &program.filters[2],
-        ];
+        let stack = stack(allow_inet);
+        let [a, b, c] = [&stack[0], &stack[1], &stack[2]];
         let orders = [
             [a, b, c],
             [a, c, b],
@@ -500,8 +503,7 @@ fn verdicts_do_not_depend_on_filter_order() {
         for nr in (0..1024).chain((0..1024).map(|n| n | X32_SYSCALL_BIT)) {
             for args in &arg_samples {
                 let data = seccomp_data(AUDIT_ARCH_X86_64, nr, *args);
-                let errnos: BTreeSet<u32> = program
-                    .filters
+                let errnos: BTreeSet<u32> = stack
                     .iter()
                     .filter_map(|f| match Verdict::from(run_filter(f, &data)) {
                         Verdict::Errno(errno) => Some(errno),
@@ -577,6 +579,75 @@ fn a_zygote_job_gets_exactly_the_policy_verdicts() {
             kernel_result(&zygote, &data),
             Verdict::Errno(libc::EPERM as u32)
         );
+    }
+}
+
+/// The merged program answers exactly as the stack it was built from, for every syscall
+/// number around the ones the policy names (native and x32), the edges of the number
+/// space, and the argument values the rules look at.
+#[test]
+fn merged_program_gives_the_stacks_verdicts() {
+    let arg_samples: Vec<[u64; 6]> = [0, 1, 2, 10, 16, 0xffff_ffff, 0x0040000, 1 << 32]
+        .into_iter()
+        .chain(CLONE_NS_FLAGS.iter().map(|f| *f as u64))
+        .chain(
+            CLONE_NS_FLAGS
+                .iter()
+                .map(|f| *f as u64 | libc::SIGCHLD as u64),
+        )
+        .map(arg0)
+        .chain(
+            [
+                libc::TCGETS,
+                libc::TIOCSTI,
+                libc::TIOCSTI | (1 << 32),
+                libc::FIONREAD,
+                libc::TIOCGWINSZ,
+                libc::TIOCLINUX,
+            ]
+            .map(ioctl_args),
+        )
+        .chain(
+            [
+                libc::AF_UNIX,
+                libc::AF_INET,
+                libc::AF_INET6,
+                libc::AF_NETLINK,
+            ]
+            .map(|f| arg0(f as u64)),
+        )
+        .collect();
+    let numbers: Vec<i64> = (0..2048)
+        .chain((0..2048).map(|n| n | X32_SYSCALL_BIT))
+        .chain([
+            0x3fff_ffff,
+            0x7fff_ffff,
+            0x8000_0000,
+            0xc000_003e,
+            0xffff_fffe,
+            0xffff_ffff,
+            -1,
+        ])
+        .collect();
+    for allow_inet in [false, true] {
+        let stack = stack(allow_inet);
+        let stack: Vec<&BpfProgram> = stack.iter().collect();
+        let program = program(allow_inet);
+        let merged = [&program.filters[0]];
+        for arch in [AUDIT_ARCH_X86_64, AUDIT_ARCH_I386, 0] {
+            for &nr in &numbers {
+                for args in &arg_samples {
+                    let data = seccomp_data(arch, nr, *args);
+                    assert_eq!(
+                        kernel_result(&merged, &data),
+                        kernel_result(&stack, &data),
+                        "arch {arch:#x} nr {nr:#x} {args:?} (allow_inet {allow_inet})"
+                    );
+                }
+            }
+        }
+        // Most numbers are decided in a handful of instructions, not a walk down a chain.
+        assert!(program.instruction_count() < stack.iter().map(|f| f.len()).sum::<usize>());
     }
 }
 
