@@ -149,3 +149,71 @@ async fn a_dead_zygote_ends_its_jobs_and_is_replaced() {
     daemon.signal(nix::sys::signal::Signal::SIGHUP);
     daemon.assert_no_leaks(&before);
 }
+
+/// Whatever job starts the zygote (here one with a 4-process limit), the zygote's own
+/// cgroup has the profile's limits: a job cannot shrink the process all jobs fork from.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_zygote_keeps_the_profiles_limits_whatever_job_starts_it() {
+    if !require_root() {
+        return;
+    }
+    let daemon = start(0, 300);
+    let first = daemon
+        .run_job(&Job::new(WARM_MARK).profile("hot").pids(4))
+        .await;
+    assert!(ran_warm(&first), "{}", describe(&first));
+    let dirs: Vec<_> = daemon
+        .cgroup_subtree_dirs()
+        .into_iter()
+        .filter(|d| d.to_string_lossy().contains("/pids/"))
+        .flat_map(|d| std::fs::read_dir(d).into_iter().flatten().flatten())
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("zygote-"))
+        })
+        .collect();
+    assert_eq!(dirs.len(), 1, "{dirs:?}");
+    let max = std::fs::read_to_string(dirs[0].join("pids.max")).unwrap();
+    assert_eq!(max.trim(), "64", "{}", dirs[0].display());
+}
+
+/// A job whose sandbox dies at once (a memory limit far below what an interpreter
+/// needs) fails on its own: the zygote and the jobs it is running carry on.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_job_that_dies_at_birth_leaves_the_zygote_and_its_jobs_alone() {
+    if !require_root() {
+        return;
+    }
+    let daemon = start(0, 300);
+    let first = daemon.run_job(&Job::new(WARM_MARK).profile("hot")).await;
+    assert!(ran_warm(&first), "{}", describe(&first));
+    let mut client = daemon.client().await;
+    let long = Job::new(format!(
+        "{WARM_MARK}import time\ntime.sleep(2)\nprint('done')\n"
+    ))
+    .profile("hot");
+    let mut handle = client.submit(&long, None::<&[u8]>).await.expect("submit");
+    assert!(wait_until(Duration::from_secs(10), || zygote_family(
+        &daemon
+    )
+    .is_some()));
+    let (zygote, _, _) = zygote_family(&daemon).unwrap();
+    for _ in 0..3 {
+        let tiny = daemon
+            .run_job(&Job::new(WARM_MARK).profile("hot").memory_bytes(256 << 10))
+            .await;
+        assert_ne!(tiny.outcome.reason, Reason::Ok, "{}", describe(&tiny));
+    }
+    let done = loop {
+        match handle.next_event().await.expect("events") {
+            Some(vivarium_e2e::JobEvent::Finished(o)) => break o,
+            Some(_) => {}
+            None => panic!("no outcome"),
+        }
+    };
+    assert_eq!(done.reason, Reason::Ok, "{done:#?}");
+    assert!(vivarium_e2e::alive(zygote), "the zygote died");
+    let next = daemon.run_job(&Job::new(WARM_MARK).profile("hot")).await;
+    assert!(ran_warm(&next), "{}", describe(&next));
+}

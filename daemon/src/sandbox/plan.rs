@@ -137,9 +137,12 @@ pub struct ZygotePlan {
     /// Which zygote: plans with the same key come from the same one (the server's
     /// profile activation and package environment).
     pub key: u64,
-    /// The profile's name: a zygote with another key for the same profile is replaced
-    /// (it ends once its running jobs have).
+    /// The profile's name and activation: a zygote of an older activation of the same
+    /// profile is replaced (it ends once its running jobs have).
     pub profile: String,
+    pub generation: u64,
+    /// The zygote's own cgroup limits: the profile's (never a job's own).
+    pub cgroup: CgroupPlan,
     /// The zygote ends after this long without a job.
     pub idle_secs: u64,
     /// The zygote's seccomp filters (the policy with what a zygote needs besides, see
@@ -376,6 +379,8 @@ pub fn build_warm(
     plan.zygote = zygote_seccomp.filter(|_| warm.zygote).map(|z| ZygotePlan {
         key: 0,
         profile: profile.name.clone(),
+        generation: 0,
+        cgroup: cgroup(profile, &profile.default_limits()),
         idle_secs: warm.idle_secs,
         seccomp: z.zygote.clone(),
         job_seccomp: z.job.clone(),

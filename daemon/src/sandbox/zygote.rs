@@ -101,6 +101,7 @@ pub fn zygote_plan(warm: &JobPlan, job_id: u64) -> JobPlan {
         .collect();
     if let Some(z) = plan.zygote.take() {
         plan.seccomp = z.seccomp;
+        plan.cgroup = z.cgroup;
     }
     plan.is_zygote = true;
     plan.warm = true;
@@ -165,6 +166,24 @@ pub fn job_prepare(plan: &[u8], fds: Vec<OwnedFd>) {
     };
     let status = std::fs::File::from(status);
     let attach: Vec<OwnedFd> = fds.collect();
+    // Only the job's fds stay open (and 0-2, the zygote's /dev/null and the daemon's
+    // log, so that no new fd takes those numbers): nothing else the zygote holds.
+    let keep: Vec<u32> = [&stdin, &stdout, &stderr]
+        .into_iter()
+        .chain(&attach)
+        .map(|f| f.as_raw_fd())
+        .chain([status.as_raw_fd(), 0, 1, 2])
+        .map(|fd| fd as u32)
+        .collect();
+    if sys::close_all_except(&keep).is_err() {
+        fail(
+            &status,
+            &SetupError::Other {
+                step: "close_range",
+                detail: "cannot close the zygote's fds".into(),
+            },
+        );
+    }
     match prepare(plan, &attach) {
         Ok((plan, prepared)) => {
             let state = (|| {
@@ -198,9 +217,27 @@ fn prepare(plan: &[u8], attach: &[OwnedFd]) -> Result<(JobPlan, Prepared), Setup
         step: "prepare",
         detail: e.to_string(),
     })?;
-    // The cgroup first, so that everything below is charged to the job.
+    // The cgroup first, so that everything below is charged to the job; then check that
+    // every hierarchy the spawner opened now lists us in the job's cgroup (fail closed:
+    // a job never runs in the zygote's).
+    if attach.is_empty() {
+        return Err(SetupError::Other {
+            step: "cgroup-attach",
+            detail: "no cgroup file came with the request".into(),
+        });
+    }
     for fd in attach {
         nix::unistd::write(fd, b"0").map_err(|e| SetupError::errno("cgroup-attach", e))?;
+    }
+    let own = format!("/job-{}", plan.job_id);
+    let listed = std::fs::read_to_string("/proc/self/cgroup")
+        .map_err(|e| SetupError::io("cgroup-attach", "/proc/self/cgroup".as_ref(), &e))?;
+    let joined = listed.lines().filter(|l| l.ends_with(own.as_str())).count();
+    if joined < attach.len() {
+        return Err(SetupError::Other {
+            step: "cgroup-attach",
+            detail: format!("in {joined} of {} job cgroups: {listed}", attach.len()),
+        });
     }
     // The payload's host uid differs from ours, and we stay out of its reach anyway.
     sys::set_dumpable(false).map_err(|e| SetupError::io("dumpable", "/".as_ref(), &e))?;

@@ -12,7 +12,7 @@ def _vivarium_zygote_main():
     os.close(4)
     lib.vivarium_zygote_new_pid_ns.restype = ctypes.c_int
     lib.vivarium_zygote_job_prepare.argtypes = [
-        ctypes.c_char_p,
+        ctypes.c_void_p,
         ctypes.c_size_t,
         ctypes.POINTER(ctypes.c_int),
         ctypes.c_size_t,
@@ -54,33 +54,57 @@ def _vivarium_zygote_main():
     sys.stdout.flush()
     sys.stderr.flush()
     ctl.send(b"ready")
+    # One buffer for every request, cleared after each: no job's plan stays in the
+    # zygote's memory for the next job to inherit.
+    buf = bytearray(1 << 20)
+    anc = socket.CMSG_SPACE(16 * 4)
     while True:
-        msg, fds, _, _ = socket.recv_fds(ctl, 1 << 20, 16)
-        if not msg:
+        n, ancdata, flags, _ = ctl.recvmsg_into([buf], anc)
+        fds = []
+        for level, kind, data in ancdata:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds.extend(memoryview(data).cast("i")[: len(data) // 4])
+        if n == 0:
             os._exit(0)  # the spawner is gone or retired us
-        err = lib.vivarium_zygote_new_pid_ns()
-        pid = os.fork() if err == 0 else -1
-        if pid == 0:
-            _vivarium_zygote_child(lib, ctl, msg, fds, added)
-        for fd in fds:
-            os.close(fd)
-        if pid < 0:
-            ctl.send(b"error: unshare(CLONE_NEWPID) failed with errno %d" % err)
-            continue
-        pidfd = os.pidfd_open(pid)
-        socket.send_fds(ctl, [b"ok"], [pidfd])
-        os.close(pidfd)
+        # SIGCHLD waits until the child's pidfd is sent: the handler must not reap a
+        # child that died at once before its pidfd exists.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+        try:
+            if flags & (socket.MSG_CTRUNC | socket.MSG_TRUNC):
+                raise OSError("request truncated (fds or bytes)")
+            err = lib.vivarium_zygote_new_pid_ns()
+            if err:
+                raise OSError(err, "unshare(CLONE_NEWPID)")
+            pid = os.fork()
+            if pid == 0:
+                _vivarium_zygote_child(lib, buf, n, fds, added)
+            pidfd = os.pidfd_open(pid)
+            try:
+                socket.send_fds(ctl, [b"ok"], [pidfd])
+            finally:
+                os.close(pidfd)
+        except OSError as e:
+            ctl.send(f"error: {e}".encode()[:200])
+        finally:
+            for fd in fds:
+                os.close(fd)
+            buf[:n] = bytes(n)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
 
 
-def _vivarium_zygote_child(lib, ctl, msg, fds, added):
+def _vivarium_zygote_child(lib, buf, n, fds, added):
     # The job's init (pid 1 of its own pid namespace) until the next fork.
     try:
-        import signal
+        import ctypes, signal
 
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        ctl.close()
-        array = (ctypes_int_array(len(fds)))(*fds)
-        lib.vivarium_zygote_job_prepare(msg, len(msg), array, len(fds))
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        os.close(3)  # the control socket (its socket object is the zygote's, unused here)
+        plan = (ctypes.c_char * n).from_buffer(buf)
+        array = (ctypes.c_int * len(fds))(*fds)
+        lib.vivarium_zygote_job_prepare(plan, n, array, len(fds))
+        del plan, array
+        buf[:n] = bytes(n)
         pid = os.fork()
         if pid:
             lib.vivarium_zygote_job_init(pid)  # never returns
@@ -89,17 +113,17 @@ def _vivarium_zygote_child(lib, ctl, msg, fds, added):
         lib.vivarium_zygote_job_payload()
         for var in added:
             os.environ.pop(var, None)
+        # Generators seeded in the zygote would give every job the same numbers: the
+        # `random` module reseeds itself after a fork, numpy's global one does not.
+        np_random = sys.modules.get("numpy.random")
+        if np_random is not None:
+            np_random.seed()
+        del lib, buf, fds, added, np_random
         os.write(2, b"\0")
         _vivarium_run()
     except BaseException:
         pass
     os._exit(121)
-
-
-def ctypes_int_array(n):
-    import ctypes
-
-    return ctypes.c_int * n
 
 
 _vivarium_zygote_main()

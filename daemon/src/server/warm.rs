@@ -298,10 +298,19 @@ pub(super) async fn build(
         Some(ready)
     };
     if let Some(z) = plan.zygote.as_mut() {
+        // One zygote per profile activation and package environment (a rebuilt
+        // environment at the same path is another: its directory's inode and ctime).
         use std::hash::{Hash, Hasher};
+        use std::os::unix::fs::MetadataExt;
+        let env_dir = env.as_ref().map(|r| r.entry.env());
+        let env_id = env_dir
+            .as_ref()
+            .and_then(|d| std::fs::metadata(d).ok())
+            .map(|m| (m.ino(), m.ctime(), m.ctime_nsec()));
         let mut h = std::collections::hash_map::DefaultHasher::new();
-        (active.generation, env.as_ref().map(|r| r.entry.env())).hash(&mut h);
+        (active.generation, env_dir, env_id).hash(&mut h);
         z.key = h.finish();
+        z.generation = active.generation;
     }
     // The script memfd stays empty: the bootstrap writes the job's code itself.
     let super::job::Launched {

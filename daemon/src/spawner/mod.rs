@@ -383,6 +383,20 @@ impl Spawner {
             ToSpawner::Kill { job_id, cause } => {
                 if let Some(job) = self.jobs.iter_mut().find(|j| j.id == job_id) {
                     kill(job, cause);
+                } else if self.drop_pending(job_id) {
+                    // Still waiting for its zygote: it never started.
+                    let report = JobReport {
+                        killed: Some(cause),
+                        cgroup: self.cgroup_version(),
+                        ..Default::default()
+                    };
+                    let _ = send_msg(
+                        &self.link,
+                        &FromSpawner::Finished {
+                            job_id,
+                            report: Box::new(report),
+                        },
+                    );
                 }
             }
             ToSpawner::Shutdown => {
@@ -420,7 +434,8 @@ impl Spawner {
     fn enforce_deadlines(&mut self) {
         let now = Instant::now();
         for job in &mut self.jobs {
-            if job.report.killed.is_some() || job.reported {
+            // (A zygote has no deadline: it ends idle, replaced or broken, see zygote.rs.)
+            if job.report.killed.is_some() || job.reported || job.internal {
                 continue;
             }
             if now >= job.deadline {

@@ -24,8 +24,12 @@ use std::time::{Duration, Instant};
 const MAX_ZYGOTES: usize = 4;
 /// A zygote that failed is not started again for its plan before this.
 const RETRY_AFTER: Duration = Duration::from_secs(10);
-/// How long a zygote may take to answer a fork request.
-const FORK_TIMEOUT_MS: u16 = 5000;
+/// How long a zygote may take to answer a fork request (it answers in about a
+/// millisecond; the single-threaded spawner waits meanwhile).
+const FORK_TIMEOUT_MS: u16 = 2000;
+/// How long a zygote may take to start and preload before it counts as failed (its
+/// waiting requests then start cold).
+const START_TIMEOUT: Duration = Duration::from_secs(60);
 
 pub(super) struct Zygote {
     key: u64,
@@ -36,7 +40,9 @@ pub(super) struct Zygote {
     pub(super) job_id: u64,
     pub(super) ctl: OwnedFd,
     pub(super) ready: bool,
+    generation: u64,
     children: u32,
+    started: Instant,
     last_used: Instant,
     idle: Duration,
     /// Requests that came while it was starting: forked when it is ready, started cold
@@ -82,12 +88,15 @@ impl Zygotes {
         }
     }
 
-    /// When the next idle zygote is due to end.
+    /// When the next idle zygote is due to end, or a starting one to time out.
     pub(super) fn next_idle_deadline(&self) -> Option<Instant> {
         self.list
             .iter()
-            .filter(|z| z.children == 0)
-            .map(|z| z.last_used + z.idle)
+            .filter_map(|z| match (z.ready, z.children) {
+                (false, _) => Some(z.started + START_TIMEOUT),
+                (true, 0) => Some(z.last_used + z.idle),
+                _ => None,
+            })
             .min()
     }
 }
@@ -118,6 +127,7 @@ impl Spawner {
         };
         let idle_secs = zplan.idle_secs;
         let profile = zplan.profile.clone();
+        let generation = zplan.generation;
         // A test-only weakening is applied by the cold path only; rootless and
         // cgroup-less daemons have no zygotes.
         if self.zygotes.library.is_none()
@@ -128,9 +138,9 @@ impl Spawner {
             return Ok(Route::Cold(fds));
         }
         let key = zplan.key;
-        let i = match self.zygotes.list.iter().position(|z| z.key == key) {
+        let i = match (self.zygotes.list.iter()).position(|z| z.key == key && !z.replaced) {
             Some(i) => i,
-            None => match self.start_zygote(plan, key, profile, idle_secs) {
+            None => match self.start_zygote(plan, key, (profile, generation), idle_secs) {
                 Ok(Some(i)) => i,
                 Ok(None) => return Ok(Route::Cold(fds)),
                 Err(f) => {
@@ -169,7 +179,7 @@ impl Spawner {
         &mut self,
         plan: &JobPlan,
         key: u64,
-        profile: String,
+        (profile, generation): (String, u64),
         idle_secs: u64,
     ) -> Result<Option<usize>, Failure> {
         if self
@@ -178,6 +188,12 @@ impl Spawner {
             .get(&key)
             .is_some_and(|t| t.elapsed() < RETRY_AFTER)
         {
+            return Ok(None);
+        }
+        // A job admitted before a reload: the new activation's zygote is not replaced
+        // for it (it starts cold).
+        let same = |z: &&Zygote| z.profile == profile;
+        if (self.zygotes.list.iter().filter(same)).any(|z| z.generation > generation) {
             return Ok(None);
         }
         // The profile was reloaded (or its environment rebuilt): its older zygotes end,
@@ -247,7 +263,9 @@ impl Spawner {
         self.zygotes.list.push(Zygote {
             key,
             profile,
+            generation,
             replaced: false,
+            started: Instant::now(),
             job_id: id,
             ctl: ours,
             ready: false,
@@ -289,14 +307,17 @@ impl Spawner {
                 job.report.seccomp_filters = u32::try_from(filters).ok();
                 Ok(job)
             }
-            Err(f) => {
+            Err((f, broken)) => {
                 let _ = cgroup.kill_all();
                 let _ = cgroup.remove();
-                // A zygote that cannot fork is of no use: end it (a new one is started
-                // for the next plan, after RETRY_AFTER).
-                let key = self.zygotes.list[i].key;
-                self.zygotes.failed.insert(key, Instant::now());
-                self.retire_zygote(i);
+                if broken {
+                    // A zygote that does not answer gets no more requests; it ends once
+                    // its running jobs have (killing it would kill them), and a new one
+                    // is started after RETRY_AFTER.
+                    let z = &mut self.zygotes.list[i];
+                    z.replaced = true;
+                    self.zygotes.failed.insert(z.key, Instant::now());
+                }
                 Err(f)
             }
         }
@@ -308,16 +329,21 @@ impl Spawner {
         plan: &JobPlan,
         stdio: [OwnedFd; 3],
         cgroup: &JobCgroup,
-    ) -> Result<(nix::unistd::Pid, OwnedFd, std::fs::File), Failure> {
+    ) -> Result<(nix::unistd::Pid, OwnedFd, std::fs::File), (Failure, bool)> {
         let z = &self.zygotes.list[i];
-        let os = |step: &str, e: std::io::Error| Failure {
-            step: step.into(),
-            detail: e.to_string(),
-            errno: e.raw_os_error().unwrap_or(0),
+        // (`true`: the zygote itself is broken, not just this request.)
+        let os = |step: &str, e: std::io::Error| {
+            let f = Failure {
+                step: step.into(),
+                detail: e.to_string(),
+                errno: e.raw_os_error().unwrap_or(0),
+            };
+            (f, true)
         };
+        let failure = |step: &str, detail: &str| (failure(step, detail), false);
         let attach = cgroup
             .attach_files()
-            .map_err(|e| failure("cgroup-attach", crate::error_chain(&e)))?;
+            .map_err(|e| failure("cgroup-attach", &crate::error_chain(&e)))?;
         let (status_r, status_w) =
             nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| os("pipe", e.into()))?;
         nix::fcntl::fcntl(
@@ -344,7 +370,10 @@ impl Spawner {
         let mut fds = [PollFd::new(z.ctl.as_fd(), PollFlags::POLLIN)];
         match poll(&mut fds, PollTimeout::from(FORK_TIMEOUT_MS)) {
             Ok(1) => {}
-            Ok(_) => return Err(failure("zygote-fork", "the zygote did not answer")),
+            Ok(_) => {
+                let (f, _) = failure("zygote-fork", "the zygote did not answer");
+                return Err((f, true));
+            }
             Err(e) => return Err(os("poll", e.into())),
         }
         let mut buf = [0u8; 256];
@@ -371,16 +400,16 @@ impl Spawner {
         let len = reply.bytes;
         let text = String::from_utf8_lossy(&buf[..len]).into_owned();
         let Some(pidfd) = pidfd.filter(|_| text == "ok") else {
-            return Err(failure(
-                "zygote-fork",
-                if len == 0 {
-                    "the zygote ended".to_owned()
-                } else {
-                    text
-                },
-            ));
+            if len == 0 {
+                let (f, _) = failure("zygote-fork", "the zygote ended");
+                return Err((f, true));
+            }
+            // The zygote said why (the request only failed).
+            return Err(failure("zygote-fork", &text));
         };
-        let pid = pid_of(&pidfd).ok_or_else(|| failure("zygote-fork", "no pid for the pidfd"))?;
+        // (Only for the record: a forked job is watched through its pidfd, and the
+        // zygote reaps it; a child that already ended has no pid any more.)
+        let pid = pid_of(&pidfd).unwrap_or(0);
         Ok((
             nix::unistd::Pid::from_raw(pid),
             pidfd,
@@ -451,17 +480,40 @@ impl Spawner {
         self.retire_idle_zygotes();
     }
 
-    /// End zygotes idle for their `idle_secs`, and replaced ones without a job.
+    /// End zygotes idle for their `idle_secs`, replaced ones without a job, and ones
+    /// that did not start within START_TIMEOUT (marked failed: their requests start
+    /// cold).
     pub(super) fn retire_idle_zygotes(&mut self) {
         let now = Instant::now();
-        while let Some(i) = self
-            .zygotes
-            .list
-            .iter()
-            .position(|z| z.children == 0 && (z.replaced || now >= z.last_used + z.idle))
-        {
+        while let Some(i) = self.zygotes.list.iter().position(|z| {
+            let done = z.ready
+                && z.children == 0
+                && z.pending.is_empty()
+                && (z.replaced || now >= z.last_used + z.idle);
+            done || (!z.ready && now >= z.started + START_TIMEOUT)
+        }) {
+            if !self.zygotes.list[i].ready {
+                let z = &self.zygotes.list[i];
+                eprintln!(
+                    "vivariumd spawner: a zygote for profile {} was not ready within {} s",
+                    z.profile,
+                    START_TIMEOUT.as_secs()
+                );
+                self.zygotes.failed.insert(z.key, now);
+            }
             self.retire_zygote(i);
         }
+    }
+
+    /// Remove a request still waiting for its zygote; whether there was one.
+    pub(super) fn drop_pending(&mut self, job_id: u64) -> bool {
+        for z in &mut self.zygotes.list {
+            if let Some(k) = z.pending.iter().position(|(p, _)| p.job_id == job_id) {
+                z.pending.remove(k);
+                return true;
+            }
+        }
+        false
     }
 
     /// A job has been cleaned up: its zygote has one child less; a zygote itself that
