@@ -59,7 +59,11 @@ else
   install -D -m 0755 "$repo/target/release/vivariumd" "$PREFIX/bin/vivariumd"
   install -D -m 0755 "$repo/target/release/viv" "$PREFIX/bin/viv"
 fi
-install -D -m 0644 "$repo/target/release/libvivarium_zygote.so" "$PREFIX/lib/vivarium/libvivarium_zygote.so"
+if [ -f "$repo/target/release/libvivarium_zygote.so" ]; then
+  install -D -m 0644 "$repo/target/release/libvivarium_zygote.so" "$PREFIX/lib/vivarium/libvivarium_zygote.so"
+else
+  echo "install.sh: no target/release/libvivarium_zygote.so: profiles with warm.zygote will start their sandboxes cold" >&2
+fi
 
 # 2. The group whose members may connect (socket 0660 root:vivarium).
 getent group vivarium >/dev/null || groupadd --system vivarium
