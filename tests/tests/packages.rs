@@ -682,3 +682,32 @@ async fn a_warm_profile_serves_its_packages_preloaded() {
     assert_eq!(String::from_utf8_lossy(&plain.stdout), "False /usr\n");
     assert!(plain.packages.is_none());
 }
+
+/// The same with a zygote: its interpreter runs on the cached environment with the
+/// package imported, and every job asking for exactly that set is forked from it (its
+/// `-c` program is the zygote's), with the environment at /env and a packages report; the
+/// environment was installed once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_zygote_serves_its_packages_preloaded() {
+    let Some(fx) = Fixture::new() else { return };
+    let text = format!(
+        "{}\n[warm]\nzygote = true\npool = 0\npackages = [\"VivTiny\"]\npreload = [\"vivtiny\"]\n",
+        fx.offline_profile(&[])
+    );
+    let daemon = Daemon::start(fx.opts(1 << 30).profile("offline", &text));
+    let probe = "import sys\n\
+                 print(any(a.startswith('_vivarium_zygote') for a in sys.orig_argv), 'vivtiny' in sys.modules)\n\
+                 import vivtiny\nprint(vivtiny.answer(), sys.prefix)\n";
+    for _ in 0..3 {
+        let forked = ok(&daemon, &job(probe, &["vivtiny"])).await;
+        assert_eq!(
+            String::from_utf8_lossy(&forked.stdout),
+            "True True\n42 /env\n",
+            "{}",
+            daemon.log()
+        );
+        let p = forked.packages.expect("a packages report");
+        assert_eq!(p.resolved, ["vivtiny==1.0"]);
+    }
+    assert_eq!(installs(&daemon), 1, "{}", daemon.log());
+}
