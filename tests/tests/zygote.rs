@@ -6,6 +6,17 @@ const ZYGOTE: bool = true;
 
 include!("warm/cases.rs");
 
+/// A submitted job's outcome (its output is not kept).
+async fn outcome(handle: &mut vivarium_e2e::JobHandle<'_>) -> vivarium_e2e::proto::Outcome {
+    loop {
+        match handle.next_event().await.expect("events") {
+            Some(vivarium_e2e::JobEvent::Finished(o)) => return *o,
+            Some(_) => {}
+            None => panic!("no outcome"),
+        }
+    }
+}
+
 /// The zygote (an interpreter whose parent is not one), a forked job's init (its child)
 /// and the job's payload (the init's child), while one job runs.
 fn zygote_family(daemon: &Daemon) -> Option<(i32, i32, i32)> {
@@ -79,13 +90,7 @@ async fn a_forked_job_has_its_own_namespaces_cgroup_and_host_uid() {
     let (z_cg, p_cg) = (cgroup(zygote), cgroup(payload));
     assert!(z_cg.contains("/zygote-"), "{z_cg}");
     assert!(p_cg.contains("/job-") && !p_cg.contains("zygote"), "{p_cg}");
-    let done = loop {
-        match handle.next_event().await.expect("events") {
-            Some(vivarium_e2e::JobEvent::Finished(o)) => break o,
-            Some(_) => {}
-            None => panic!("no outcome"),
-        }
-    };
+    let done = outcome(&mut handle).await;
     assert_eq!(done.reason, Reason::Ok, "{done:#?}");
 }
 
@@ -115,13 +120,7 @@ async fn a_dead_zygote_ends_its_jobs_and_is_replaced() {
     )
     .expect("kill the zygote");
     let started = std::time::Instant::now();
-    let done = loop {
-        match handle.next_event().await.expect("events") {
-            Some(vivarium_e2e::JobEvent::Finished(o)) => break o,
-            Some(_) => {}
-            None => panic!("no outcome"),
-        }
-    };
+    let done = outcome(&mut handle).await;
     assert!(started.elapsed() < Duration::from_secs(10), "{done:#?}");
     assert_ne!(done.reason, Reason::Ok, "{done:#?}");
     assert!(wait_until(
@@ -205,13 +204,7 @@ async fn a_job_that_dies_at_birth_leaves_the_zygote_and_its_jobs_alone() {
             .await;
         assert_ne!(tiny.outcome.reason, Reason::Ok, "{}", describe(&tiny));
     }
-    let done = loop {
-        match handle.next_event().await.expect("events") {
-            Some(vivarium_e2e::JobEvent::Finished(o)) => break o,
-            Some(_) => {}
-            None => panic!("no outcome"),
-        }
-    };
+    let done = outcome(&mut handle).await;
     assert_eq!(done.reason, Reason::Ok, "{done:#?}");
     assert!(vivarium_e2e::alive(zygote), "the zygote died");
     let next = daemon.run_job(&Job::new(WARM_MARK).profile("hot")).await;

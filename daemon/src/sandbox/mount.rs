@@ -129,6 +129,21 @@ fn tmpfs(
     .map_err(|e| SetupError::nix("tmpfs", target, e))
 }
 
+/// One of the job's writable tmpfs mounts (noexec, nosuid, nodev), owned by `owner`.
+fn scratch_tmpfs(
+    target: &Path,
+    (size, inodes, mode): (u64, u64, u32),
+    owner: (u32, u32),
+) -> Result<(), SetupError> {
+    tmpfs(target, size, inodes, mode, MsFlags::MS_NOEXEC)?;
+    chown(
+        target,
+        Some(Uid::from_raw(owner.0)),
+        Some(Gid::from_raw(owner.1)),
+    )
+    .map_err(|e| SetupError::nix("chown", target, e))
+}
+
 /// Bind one file (not recursive) and remount the bind with `flags`.
 fn bind_file(source: &Path, target: &Path, flags: MsFlags) -> Result<(), SetupError> {
     mount(Some(source), target, NONE, MsFlags::MS_BIND, NONE)
@@ -235,13 +250,7 @@ pub fn populate(steps: &[MountStep], owner: (u32, u32)) -> Result<(), SetupError
             } => {
                 let target = at(new_root, path);
                 mkdir_p(&target)?;
-                tmpfs(&target, *size, *inodes, *mode, MsFlags::MS_NOEXEC)?;
-                chown(
-                    &target,
-                    Some(Uid::from_raw(owner.0)),
-                    Some(Gid::from_raw(owner.1)),
-                )
-                .map_err(|e| SetupError::nix("chown", &target, e))?;
+                scratch_tmpfs(&target, (*size, *inodes, *mode), owner)?;
             }
             MountStep::Device { source, path } => {
                 let target = at(new_root, path);
@@ -310,13 +319,7 @@ pub fn populate_fresh(steps: &[MountStep], owner: (u32, u32)) -> Result<(), Setu
                 inodes,
                 mode,
             } => {
-                tmpfs(path, *size, *inodes, *mode, MsFlags::MS_NOEXEC)?;
-                chown(
-                    path,
-                    Some(Uid::from_raw(owner.0)),
-                    Some(Gid::from_raw(owner.1)),
-                )
-                .map_err(|e| SetupError::nix("chown", path, e))?;
+                scratch_tmpfs(path, (*size, *inodes, *mode), owner)?;
                 scratch.get_or_insert(path);
             }
             MountStep::Proc { path } => {

@@ -124,6 +124,15 @@ struct JobState {
 
 static STATE: Mutex<Option<JobState>> = Mutex::new(None);
 
+/// What [`job_prepare`] left (each of init and payload has its own copy); exits if
+/// there is none (called out of order).
+fn take_state() -> JobState {
+    match STATE.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        Some(state) => state,
+        None => sys::exit_now(122),
+    }
+}
+
 fn fail(status: &std::fs::File, e: &SetupError) -> ! {
     let mut w = status;
     let _ = w.write_all(&encode(&InitMsg::Failed(Failure::from(e))));
@@ -259,9 +268,6 @@ fn prepare(plan: &[u8], attach: &[OwnedFd]) -> Result<(JobPlan, Prepared), Setup
 /// pid 2): write the payload's maps, then supervise it like a cold job's init. Never
 /// returns.
 pub fn job_init(payload: i32) -> ! {
-    let Some(state) = STATE.lock().unwrap_or_else(|p| p.into_inner()).take() else {
-        sys::exit_now(122)
-    };
     let JobState {
         status,
         stdio,
@@ -269,7 +275,7 @@ pub fn job_init(payload: i32) -> ! {
         mapped: (mapped_r, mapped_w),
         exec: (exec_r, exec_w),
         ..
-    } = state;
+    } = take_state();
     drop((stdio, userns_w, mapped_r, exec_w));
     let payload = Pid::from_raw(payload);
     let mut byte = [0u8; 1];
@@ -303,9 +309,6 @@ pub fn job_init(payload: i32) -> ! {
 /// Step 3, in the payload (init's fork). Returns when every layer is in place; on
 /// failure reports it to init and exits.
 pub fn job_payload() {
-    let Some(state) = STATE.lock().unwrap_or_else(|p| p.into_inner()).take() else {
-        sys::exit_now(122)
-    };
     let JobState {
         plan,
         prepared,
@@ -314,7 +317,7 @@ pub fn job_payload() {
         userns: (userns_r, userns_w),
         mapped: (mapped_r, mapped_w),
         exec: (exec_r, exec_w),
-    } = state;
+    } = take_state();
     drop((status, userns_r, mapped_w, exec_r));
     match payload(&plan, &prepared, stdio, userns_w, mapped_r, &exec_w) {
         Ok(()) => {}

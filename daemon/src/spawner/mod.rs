@@ -463,8 +463,8 @@ impl Spawner {
     }
 
     /// Build and start one job. On error nothing of the job is left behind.
-    fn spawn(&mut self, plan: JobPlan, fds: Vec<OwnedFd>) -> Result<(), Failure> {
-        let fds = match self.route(&plan, fds)? {
+    fn spawn(&mut self, mut plan: JobPlan, fds: Vec<OwnedFd>) -> Result<(), Failure> {
+        let fds = match self.route(&mut plan, fds)? {
             zygote::Route::Cold(fds) => fds,
             zygote::Route::Forked(job) => {
                 self.jobs.push(*job);

@@ -121,7 +121,12 @@ fn pid_of(pidfd: &OwnedFd) -> Option<i32> {
 impl Spawner {
     /// A warm plan that may come from a zygote: fork it there if this plan's zygote is
     /// ready, or let it wait for a zygote that is starting (started now if need be).
-    pub(super) fn route(&mut self, plan: &JobPlan, fds: Vec<OwnedFd>) -> Result<Route, Failure> {
+    /// A forked request consumes the plan's seccomp and zygote parts (see `fork_from`).
+    pub(super) fn route(
+        &mut self,
+        plan: &mut JobPlan,
+        fds: Vec<OwnedFd>,
+    ) -> Result<Route, Failure> {
         let Some(zplan) = &plan.zygote else {
             return Ok(Route::Cold(fds));
         };
@@ -164,7 +169,7 @@ impl Spawner {
     fn fork_request(
         &mut self,
         i: usize,
-        plan: &JobPlan,
+        plan: &mut JobPlan,
         fds: Vec<OwnedFd>,
     ) -> Result<Job, Failure> {
         let [_code, stdin, stdout, stderr]: [OwnedFd; 4] = fds
@@ -278,8 +283,13 @@ impl Spawner {
     }
 
     /// Ask zygote `i` to fork `plan`'s sandbox.
-    fn fork_from(&mut self, i: usize, plan: &JobPlan, stdio: [OwnedFd; 3]) -> Result<Job, Failure> {
-        let cgroups = self.cgroups.as_ref().expect("checked by try_zygote");
+    fn fork_from(
+        &mut self,
+        i: usize,
+        plan: &mut JobPlan,
+        stdio: [OwnedFd; 3],
+    ) -> Result<Job, Failure> {
+        let cgroups = self.cgroups.as_ref().expect("checked by route");
         let name = format!("job-{}", plan.job_id);
         let limits = crate::cgroup::Limits {
             memory_bytes: plan.cgroup.memory_bytes,
@@ -291,12 +301,12 @@ impl Spawner {
             .create_job(&name, &limits)
             .map_err(|e| failure("cgroup", crate::error_chain(&e)))?;
         // What the zygote's child gets: the plan with the job's own small filters (it
-        // inherits the zygote's).
-        let mut job_plan = plan.clone();
-        let zplan = job_plan.zygote.take().expect("routed by its zygote plan");
+        // inherits the zygote's). Taken from the plan, not copied: a forked job's plan
+        // serves nothing else but its ids and deadlines.
+        let zplan = plan.zygote.take().expect("routed by its zygote plan");
         let filters = zplan.seccomp.len() + zplan.job_seccomp.len();
-        job_plan.seccomp = zplan.job_seccomp;
-        match self.ask_zygote(i, &job_plan, stdio, &cgroup) {
+        plan.seccomp = zplan.job_seccomp;
+        match self.ask_zygote(i, plan, stdio, &cgroup) {
             Ok((pid, pidfd, status)) => {
                 let z = &mut self.zygotes.list[i];
                 z.children += 1;
@@ -451,16 +461,17 @@ impl Spawner {
             Ok(n) if &buf[..n] == b"ready" && !self.zygotes.list[i].ready => {
                 self.zygotes.list[i].ready = true;
                 let job_id = self.zygotes.list[i].job_id;
-                for (plan, fds) in std::mem::take(&mut self.zygotes.list[i].pending) {
+                for (mut plan, fds) in std::mem::take(&mut self.zygotes.list[i].pending) {
+                    let id = plan.job_id;
                     // (A failed fork retires the zygote: look it up each time.)
                     let started = match self.zygotes.list.iter().position(|z| z.job_id == job_id) {
-                        Some(i) => self.fork_request(i, &plan, fds),
+                        Some(i) => self.fork_request(i, &mut plan, fds),
                         None => match <[OwnedFd; 4]>::try_from(fds) {
-                            Ok(stdio) => self.build_job(plan.clone(), stdio, Vec::new()),
+                            Ok(stdio) => self.build_job(plan, stdio, Vec::new()),
                             Err(_) => Err(failure("link", "spawn needs exactly 4 fds")),
                         },
                     };
-                    self.started(plan.job_id, started.map(Some));
+                    self.started(id, started.map(Some));
                 }
             }
             Err(nix::Error::EAGAIN) | Err(nix::Error::EINTR) => {}

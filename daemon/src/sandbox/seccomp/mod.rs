@@ -475,16 +475,6 @@ fn program_of(
 /// The policy as seccompiler's stacked filters, in installation order: the reference
 /// semantics that the merged program reproduces. With `checks_only`, the deny filters keep
 /// only their rules with argument conditions.
-#[cfg_attr(not(test), allow(dead_code))]
-fn compile_stack(
-    policy_json: &[u8],
-    allow_inet: bool,
-    arch: TargetArch,
-    checks_only: bool,
-) -> Result<Vec<BpfProgram>, SeccompError> {
-    compile_stack_of(&parse(policy_json)?, allow_inet, arch, checks_only)
-}
-
 fn compile_stack_of(
     policy: &PolicyFile,
     allow_inet: bool,

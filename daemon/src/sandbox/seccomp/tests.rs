@@ -39,7 +39,8 @@ fn program(allow_inet: bool) -> SeccompProgram {
 
 /// The stacked seccompiler filters the merged program is built from.
 fn stack(allow_inet: bool) -> Vec<BpfProgram> {
-    compile_stack(&policy_json(), allow_inet, TargetArch::x86_64, false).expect("compile the stack")
+    let policy = parse(&policy_json()).expect("parse the shipped policy");
+    compile_stack_of(&policy, allow_inet, TargetArch::x86_64, false).expect("compile the stack")
 }
 
 // ---- a cBPF interpreter for the instructions seccompiler emits -------------------------
