@@ -23,7 +23,7 @@ import tempfile
 import time
 
 from common import pct, timed
-from perf import PY, FLAGS, ROOT, Library, bwrap_cmd
+from perf import PY, FLAGS, Library, bench_profiles, bwrap_cmd
 
 
 def main():
@@ -44,14 +44,7 @@ def main():
             tmp = tempfile.mkdtemp(prefix=f"vivarium-ab-{name}-")
             os.chmod(tmp, 0o755)
             tmps.append(tmp)
-            prof = os.path.join(tmp, "profiles")
-            os.makedirs(prof)
-            shutil.copytree(os.path.join(ROOT, "profiles", "seccomp"), os.path.join(prof, "seccomp"))
-            text = open(os.path.join(ROOT, "profiles", "default.toml")).read()
-            text = text.replace('args = ["-I", "-u"]', 'args = ["-I", "-S"]')
-            assert '"-S"' in text
-            with open(os.path.join(prof, "bench.toml"), "w") as f:
-                f.write(text)
+            prof, _ = bench_profiles(tmp)
             sock, cfg = os.path.join(tmp, "d.sock"), os.path.join(tmp, "d.toml")
             with open(cfg, "w") as f:
                 f.write(f'socket = "{sock}"\nprofiles_dir = "{prof}"\nstate_dir = "{tmp}/state"\n'

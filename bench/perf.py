@@ -170,6 +170,20 @@ def idle_warm_uss(spawner, sandboxes):
     return med(plain), med(numpy)
 
 
+def bench_profiles(tmp):
+    """A profiles directory in `tmp` with `bench`: the default policy, run with `-I -S`
+    (the bare interpreter's flags). Returns the directory and the profile's text."""
+    prof = os.path.join(tmp, "profiles")
+    os.makedirs(prof)
+    shutil.copytree(os.path.join(ROOT, "profiles", "seccomp"), os.path.join(prof, "seccomp"))
+    text = open(os.path.join(ROOT, "profiles", "default.toml")).read()
+    text = text.replace('args = ["-I", "-u"]', 'args = ["-I", "-S"]')
+    assert '"-S"' in text
+    with open(os.path.join(prof, "bench.toml"), "w") as f:
+        f.write(text)
+    return prof, text
+
+
 def is_zygote(pid):
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
@@ -293,14 +307,7 @@ def main():
     os.chmod(tmp, 0o755)  # the package cache inside must be reachable by the sandboxes' uids
     d = None
     try:
-        prof = os.path.join(tmp, "profiles")
-        os.makedirs(prof)
-        shutil.copytree(os.path.join(ROOT, "profiles", "seccomp"), os.path.join(prof, "seccomp"))
-        text = open(os.path.join(ROOT, "profiles", "default.toml")).read()
-        text = text.replace('args = ["-I", "-u"]', 'args = ["-I", "-S"]')
-        assert '"-S"' in text
-        with open(os.path.join(prof, "bench.toml"), "w") as f:
-            f.write(text)
+        prof, text = bench_profiles(tmp)
         # The same policy with the warm path (sandboxes built ahead, one job each), built
         # by cold starts or forked from a zygote (kept ready, or forked per job).
         with open(os.path.join(prof, "benchwarm.toml"), "w") as f:
