@@ -5,6 +5,11 @@
 use std::os::fd::{FromRawFd, OwnedFd};
 use vivariumd::sandbox::zygote;
 
+mod arena;
+
+#[global_allocator]
+static ALLOCATOR: arena::Arena = arena::Arena;
+
 /// `unshare(CLONE_NEWPID)` in the zygote before each fork. Returns 0 or an errno.
 #[no_mangle]
 pub extern "C" fn vivarium_zygote_new_pid_ns() -> i32 {
@@ -19,21 +24,26 @@ fn libc_eio() -> i32 {
 }
 
 /// In the zygote's fresh child: the job's init prepares the sandbox. `plan` is the job's
-/// encoded plan; `fds` its stdin, stdout, stderr, status pipe and cgroup files, all
-/// owned from now on by this call. Returns on success; exits on failure.
+/// encoded plan (cleared here once decoded); `fds` its stdin, stdout, stderr, status
+/// pipe and cgroup files, all owned from now on by this call. Returns on success; exits
+/// on failure.
 ///
 /// # Safety
-/// `plan` must point to `len` readable bytes and `fds` to `nfds` ints that are open
-/// descriptors nothing else owns.
+/// `plan` must point to `len` writable bytes nothing else uses during the call, and
+/// `fds` to `nfds` ints that are open descriptors nothing else owns.
 #[no_mangle]
 pub unsafe extern "C" fn vivarium_zygote_job_prepare(
-    plan: *const u8,
+    plan: *mut u8,
     len: usize,
     fds: *const i32,
     nfds: usize,
 ) {
-    // SAFETY: the caller passes a live buffer of `len` bytes (a Python bytes object).
-    let plan = unsafe { std::slice::from_raw_parts(plan, len) };
+    // Before the first allocation: the rest of this job's Rust code allocates in pages
+    // of its own rather than in the heap it shares with the zygote.
+    arena::start();
+    // SAFETY: the caller passes a live, writable buffer of `len` bytes (the zygote's
+    // request buffer, which no Python code touches during the call).
+    let plan = unsafe { std::slice::from_raw_parts_mut(plan, len) };
     // SAFETY: the caller passes an array of `nfds` ints (a ctypes array).
     let raw = unsafe { std::slice::from_raw_parts(fds, nfds) };
     let fds = raw

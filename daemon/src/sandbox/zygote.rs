@@ -160,10 +160,12 @@ pub fn new_pid_namespace() -> std::io::Result<()> {
 /// The zygote's own pid namespace (for [`new_pid_namespace`]); closed in each child.
 static OWN_PID_NS: Mutex<Option<OwnedFd>> = Mutex::new(None);
 
-/// Step 2, in the job's init (the zygote's fresh child). `fds`: the job's stdin, stdout
-/// and stderr, the status pipe's write end, then the cgroup files to write `0` to.
-/// Returns on success; on failure reports `Failed` on the status pipe and exits.
-pub fn job_prepare(plan: &[u8], fds: Vec<OwnedFd>) {
+/// Step 2, in the job's init (the zygote's fresh child). `plan`: the job's encoded plan,
+/// cleared once decoded (the buffer is the zygote's request buffer: nothing of the plan
+/// stays in memory the payload inherits). `fds`: the job's stdin, stdout and stderr,
+/// the status pipe's write end, then the cgroup files to write `0` to. Returns on
+/// success; on failure reports `Failed` on the status pipe and exits.
+pub fn job_prepare(plan: &mut [u8], fds: Vec<OwnedFd>) {
     std::panic::set_hook(Box::new(|_| sys::exit_now(123)));
     // Nothing of the zygote's stays open in the job.
     drop(OWN_PID_NS.lock().unwrap_or_else(|p| p.into_inner()).take());
@@ -217,8 +219,10 @@ pub fn job_prepare(plan: &[u8], fds: Vec<OwnedFd>) {
     }
 }
 
-fn prepare(plan: &[u8], attach: &[OwnedFd]) -> Result<(JobPlan, Prepared), SetupError> {
-    let plan: JobPlan = crate::spawner::link::decode(plan).ok_or(SetupError::Other {
+fn prepare(encoded: &mut [u8], attach: &[OwnedFd]) -> Result<(JobPlan, Prepared), SetupError> {
+    let plan: Option<JobPlan> = crate::spawner::link::decode(encoded);
+    encoded.fill(0);
+    let plan = plan.ok_or(SetupError::Other {
         step: "zygote-plan",
         detail: "the job's plan does not decode".into(),
     })?;

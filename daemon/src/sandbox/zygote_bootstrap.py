@@ -6,7 +6,7 @@
 # its control socket (fd 3) forks a child that becomes one job's sandbox. The per-job
 # setup is Rust, in the zygote library (fd 4), called with the GIL held.
 def _vivarium_zygote_main():
-    import ctypes, signal, socket
+    import ctypes, socket, _signal
 
     lib = ctypes.PyDLL("/proc/self/fd/4")
     os.close(4)
@@ -14,7 +14,7 @@ def _vivarium_zygote_main():
     lib.vivarium_zygote_job_prepare.argtypes = [
         ctypes.c_void_p,
         ctypes.c_size_t,
-        ctypes.POINTER(ctypes.c_int),
+        ctypes.c_void_p,
         ctypes.c_size_t,
     ]
     lib.vivarium_zygote_job_prepare.restype = None
@@ -25,12 +25,6 @@ def _vivarium_zygote_main():
     _vivarium_preload()
     # The compiler's first use costs every job ~2 ms if it happens after the fork.
     compile("pass", "<vivarium>", "exec")
-    # Every object so far moves to the collector's permanent generation: a collection in
-    # a job then never walks (and so never copies, page by page) the zygote's heap.
-    import gc
-
-    gc.collect()
-    gc.freeze()
     added = [v for v in os.environ.pop("VIVARIUM_ZYGOTE_ENV", "").split(",") if v]
     # fork copies only the calling thread: a preload that started threads (a BLAS pool,
     # say) would leave every job with a broken copy of it.
@@ -40,6 +34,7 @@ def _vivarium_zygote_main():
         os._exit(1)
 
     ctl = socket.socket(fileno=3)
+    sigchld = {_signal.SIGCHLD}
 
     def reap(*_):
         while True:
@@ -50,14 +45,25 @@ def _vivarium_zygote_main():
             if pid == 0:
                 return
 
-    signal.signal(signal.SIGCHLD, reap)
+    _signal.signal(_signal.SIGCHLD, reap)
+    # One buffer for every request, cleared after each: no job's plan stays in the
+    # zygote's memory for the next job to inherit. It and the fd array are made once:
+    # whatever a child does in Python before it is a job writes to pages it shares
+    # with the zygote (each write a page copy), so the child's part is one call.
+    max_fds = 16
+    buf = bytearray(1 << 20)
+    plan = (ctypes.c_char * len(buf)).from_buffer(buf)
+    fd_array = (ctypes.c_int * max_fds)()
+    anc = socket.CMSG_SPACE(max_fds * 4)
+    # Every object so far moves to the collector's permanent generation: a collection in
+    # a job then never walks (and so never copies, page by page) the zygote's heap.
+    import gc
+
+    gc.collect()
+    gc.freeze()
     sys.stdout.flush()
     sys.stderr.flush()
     ctl.send(b"ready")
-    # One buffer for every request, cleared after each: no job's plan stays in the
-    # zygote's memory for the next job to inherit.
-    buf = bytearray(1 << 20)
-    anc = socket.CMSG_SPACE(16 * 4)
     while True:
         n, ancdata, flags, _ = ctl.recvmsg_into([buf], anc)
         fds = []
@@ -68,16 +74,18 @@ def _vivarium_zygote_main():
             os._exit(0)  # the spawner is gone or retired us
         # SIGCHLD waits until the child's pidfd is sent: the handler must not reap a
         # child that died at once before its pidfd exists.
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+        _signal.pthread_sigmask(_signal.SIG_BLOCK, sigchld)
         try:
-            if flags & (socket.MSG_CTRUNC | socket.MSG_TRUNC):
+            if flags & (socket.MSG_CTRUNC | socket.MSG_TRUNC) or len(fds) > max_fds:
                 raise OSError("request truncated (fds or bytes)")
+            for i, fd in enumerate(fds):
+                fd_array[i] = fd
             err = lib.vivarium_zygote_new_pid_ns()
             if err:
                 raise OSError(err, "unshare(CLONE_NEWPID)")
             pid = os.fork()
             if pid == 0:
-                _vivarium_zygote_child(lib, buf, n, fds, added)
+                _vivarium_zygote_child(lib, plan, n, fd_array, len(fds), added)
             pidfd = os.pidfd_open(pid)
             try:
                 socket.send_fds(ctl, [b"ok"], [pidfd])
@@ -88,23 +96,21 @@ def _vivarium_zygote_main():
         finally:
             for fd in fds:
                 os.close(fd)
-            buf[:n] = bytes(n)
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
+            ctypes.memset(plan, 0, n)
+            _signal.pthread_sigmask(_signal.SIG_UNBLOCK, sigchld)
 
 
-def _vivarium_zygote_child(lib, buf, n, fds, added):
+def _vivarium_zygote_child(lib, plan, n, fd_array, nfds, added):
     # The job's init (pid 1 of its own pid namespace) until the next fork.
     try:
-        import ctypes, signal
+        import _signal
 
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
+        _signal.pthread_sigmask(_signal.SIG_SETMASK, ())
         os.close(3)  # the control socket (its socket object is the zygote's, unused here)
-        plan = (ctypes.c_char * n).from_buffer(buf)
-        array = (ctypes.c_int * len(fds))(*fds)
-        lib.vivarium_zygote_job_prepare(plan, n, array, len(fds))
-        del plan, array
-        buf[:n] = bytes(n)
+        # Takes the fds, and clears the plan's bytes once it has decoded them.
+        lib.vivarium_zygote_job_prepare(plan, n, fd_array, nfds)
+        del plan, fd_array
         pid = os.fork()
         if pid:
             lib.vivarium_zygote_job_init(pid)  # never returns
@@ -118,7 +124,7 @@ def _vivarium_zygote_child(lib, buf, n, fds, added):
         np_random = sys.modules.get("numpy.random")
         if np_random is not None:
             np_random.seed()
-        del lib, buf, fds, added, np_random
+        del lib, added, np_random
         os.write(2, b"\0")
         _vivarium_run()
     except BaseException:
