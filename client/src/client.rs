@@ -35,7 +35,8 @@ pub struct Client {
     /// Receive buffer of `MAX_FRAME + 1` bytes: a datagram that fills it was truncated.
     pub(crate) buf: Vec<u8>,
     pub(crate) state: ConnState,
-    hello: HelloAck,
+    /// `None` until the hello's answer has been read (with the first request's events).
+    pub(crate) hello: Option<HelloAck>,
 }
 
 /// What [`Client::run_collect`] returns: the outcome and every output byte, in order.
@@ -49,8 +50,10 @@ pub struct Collected {
 }
 
 impl Client {
-    /// Connect to the daemon at `path` and do the hello, announcing this library as
-    /// `viv/<version>`.
+    /// Connect to the daemon at `path` and send the hello, announcing this library as
+    /// `viv/<version>`. The daemon's answer is read with the first request's (one round
+    /// trip fewer per connection): a refused hello surfaces there, or from
+    /// [`Client::hello`].
     pub async fn connect(path: impl AsRef<Path>) -> Result<Client> {
         Self::connect_as(path, &default_client_name()).await
     }
@@ -66,7 +69,6 @@ impl Client {
                 source,
             })?;
         let sock = Arc::new(sock);
-        let mut buf = vec![0; MAX_FRAME + 1];
         send(
             &sock,
             &Request::Hello(Hello {
@@ -76,28 +78,57 @@ impl Client {
             }),
         )
         .await?;
-        let hello = match recv_event(&sock, &mut buf).await? {
-            Event::HelloAck(ack) => ack,
-            Event::Error(e) => return Err(ClientError::Refused(e)),
-            other => return Err(unexpected("a hello ack", &other)),
-        };
-        if !(MIN_PROTOCOL_VERSION..=PROTOCOL_VERSION).contains(&hello.version) {
-            return Err(ClientError::Protocol(format!(
-                "daemon picked protocol version {}, outside the offered {MIN_PROTOCOL_VERSION}..={PROTOCOL_VERSION}",
-                hello.version
-            )));
-        }
         Ok(Client {
             sock,
-            buf,
+            buf: vec![0; MAX_FRAME + 1],
             state: ConnState::Ready,
-            hello,
+            hello: None,
         })
     }
 
-    /// The daemon's answer to the hello: negotiated version, daemon name, and the uid it saw.
-    pub fn hello(&self) -> &HelloAck {
-        &self.hello
+    /// The daemon's answer to the hello: negotiated version, daemon name, and the uid it
+    /// saw (read now if no request has read it yet).
+    pub async fn hello(&mut self) -> Result<&HelloAck> {
+        if self.hello.is_none() {
+            self.begin()?;
+            // (On failure the connection is broken: settle is not for this one.)
+            self.await_hello().await?;
+            self.state = ConnState::Ready;
+        }
+        Ok(self.hello.as_ref().expect("await_hello stored the ack"))
+    }
+
+    /// Read the hello's answer if it is still to come: it precedes every other event.
+    pub(crate) async fn await_hello(&mut self) -> Result<()> {
+        if self.hello.is_some() {
+            return Ok(());
+        }
+        let ack = async {
+            let ack = match recv_event(&self.sock, &mut self.buf).await? {
+                Event::HelloAck(ack) => ack,
+                Event::Error(e) => return Err(ClientError::Refused(e)),
+                other => return Err(unexpected("a hello ack", &other)),
+            };
+            if !(MIN_PROTOCOL_VERSION..=PROTOCOL_VERSION).contains(&ack.version) {
+                return Err(ClientError::Protocol(format!(
+                    "daemon picked protocol version {}, outside the offered {MIN_PROTOCOL_VERSION}..={PROTOCOL_VERSION}",
+                    ack.version
+                )));
+            }
+            Ok(ack)
+        }
+        .await;
+        match ack {
+            Ok(ack) => {
+                self.hello = Some(ack);
+                Ok(())
+            }
+            Err(e) => {
+                // Nothing more can be asked on a connection without a hello.
+                self.break_conn();
+                Err(e)
+            }
+        }
     }
 
     /// The profiles the daemon knows, each with whether this host can enforce it.
@@ -105,6 +136,7 @@ impl Client {
         self.begin()?;
         let result = async {
             send(&self.sock, &Request::ListProfiles).await?;
+            self.await_hello().await?;
             match recv_event(&self.sock, &mut self.buf).await? {
                 Event::Profiles(profiles) => Ok(profiles),
                 Event::Error(e) => Err(ClientError::Refused(e)),
@@ -122,11 +154,14 @@ impl Client {
     where
         R: AsyncRead + Unpin + Send + 'c,
     {
-        if !job.packages.is_empty() && self.hello.version < 2 {
-            return Err(ClientError::Protocol(format!(
-                "packages need protocol version 2; the daemon speaks {}",
-                self.hello.version
-            )));
+        if !job.packages.is_empty() {
+            // Only version 2 takes packages: this request waits for the hello's answer.
+            let version = self.hello().await?.version;
+            if version < 2 {
+                return Err(ClientError::Protocol(format!(
+                    "packages need protocol version 2; the daemon speaks {version}"
+                )));
+            }
         }
         self.begin()?;
         let frames = match crate::job::submit_frames(job, stdin.is_some()) {
@@ -213,7 +248,11 @@ impl Client {
     /// End a request: refusals leave the connection in step, other errors break it.
     pub(crate) fn settle<T>(&mut self, result: Result<T>) -> Result<T> {
         match &result {
-            Ok(_) | Err(ClientError::Refused(_)) => self.state = ConnState::Ready,
+            // (A refused hello has broken the connection: it stays so.)
+            Ok(_) | Err(ClientError::Refused(_)) if !matches!(self.state, ConnState::Broken) => {
+                self.state = ConnState::Ready
+            }
+            Ok(_) | Err(ClientError::Refused(_)) => {}
             Err(_) => self.break_conn(),
         }
         result

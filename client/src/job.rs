@@ -252,6 +252,8 @@ impl<'c> JobHandle<'c> {
     }
 
     async fn next_event_inner(&mut self) -> Result<JobEvent> {
+        // The hello's answer, if this connection's first request was this job.
+        self.client.await_hello().await?;
         let client = &mut *self.client;
         let event = loop {
             let event = match self.stdin.as_mut().filter(|p| !p.finished) {
@@ -296,7 +298,11 @@ impl<'c> JobHandle<'c> {
         self.active.store(false, Ordering::SeqCst);
         self.stdin = None;
         match phase {
-            Phase::Ended => self.client.state = ConnState::Ready,
+            // (A refused hello has broken the connection: it stays so.)
+            Phase::Ended if !matches!(self.client.state, ConnState::Broken) => {
+                self.client.state = ConnState::Ready
+            }
+            Phase::Ended => {}
             Phase::Failed => self.client.break_conn(),
             Phase::Running => {}
         }

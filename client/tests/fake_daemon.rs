@@ -37,7 +37,7 @@ async fn run_collect_returns_outcome_and_output() {
         assert_eq!(c.recv().await, None);
     });
     let mut client = Client::connect(&path).await.unwrap();
-    assert_eq!(client.hello().daemon, "fake/0");
+    assert_eq!(client.hello().await.unwrap().daemon, "fake/0");
     let done = client
         .run_collect(&Job::new("print('hello world')"), None)
         .await
@@ -82,8 +82,74 @@ async fn refused_hello_is_a_refusal() {
         assert!(matches!(c.recv().await, Some(Request::Hello(_))));
         c.send(refusal(ErrorCode::NotAuthorized)).await;
     });
-    let err = Client::connect(&path).await.unwrap_err();
+    let mut client = Client::connect(&path).await.unwrap();
+    let err = client.hello().await.unwrap_err();
     assert_eq!(err.refusal_code(), Some(ErrorCode::NotAuthorized));
+    daemon.await.unwrap();
+}
+
+/// `connect` sends the hello and returns; the answer is read with the first request's
+/// events. This fake daemon answers the hello only once the job has arrived: a client
+/// that waited for the answer before submitting would never get there.
+#[tokio::test]
+async fn the_hello_is_answered_with_the_first_job() {
+    let (_dir, path, daemon) = serve(|mut c| async move {
+        assert!(matches!(c.recv().await, Some(Request::Hello(_))));
+        c.submit().await;
+        c.send(Event::HelloAck(vivarium_client::proto::HelloAck {
+            version: vivarium_client::proto::PROTOCOL_VERSION,
+            daemon: "fake/0".into(),
+            peer_uid: 0,
+        }))
+        .await;
+        c.send(Event::Started {
+            job_id: 7,
+            profile: "default".into(),
+        })
+        .await;
+        c.send(Event::Finished(outcome(7, Reason::Ok, ExitStatus::Code(0))))
+            .await;
+    });
+    let mut client = Client::connect(&path).await.unwrap();
+    let job = Job::new("pass");
+    let run = client.run_collect(&job, None);
+    let done = tokio::time::timeout(Duration::from_secs(10), run)
+        .await
+        .expect("the job's events came")
+        .unwrap();
+    assert_eq!(done.outcome.reason, Reason::Ok);
+    assert_eq!(client.hello().await.unwrap().daemon, "fake/0");
+    daemon.await.unwrap();
+}
+
+/// A job sent on a connection whose hello the daemon refuses is refused for the hello's
+/// reason.
+#[tokio::test]
+async fn a_job_behind_a_refused_hello_is_refused_for_it() {
+    let (_dir, path, daemon) = serve(|mut c| async move {
+        assert!(matches!(c.recv().await, Some(Request::Hello(_))));
+        c.send(refusal(ErrorCode::NotAuthorized)).await;
+        // As the daemon does: read what the client sent until it hangs up (closing with
+        // unread data would reset the connection before the client reads why).
+        c.submit().await;
+        assert_eq!(c.recv().await, None);
+    });
+    let mut client = Client::connect(&path).await.unwrap();
+    let err = client
+        .run_collect(&Job::new("pass"), None)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.refusal_code(),
+        Some(ErrorCode::NotAuthorized),
+        "{err:?}"
+    );
+    // Nothing more can be asked without a hello.
+    assert!(matches!(
+        client.list_profiles().await,
+        Err(ClientError::Unusable)
+    ));
+    drop(client);
     daemon.await.unwrap();
 }
 

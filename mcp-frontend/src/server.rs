@@ -104,7 +104,12 @@ impl VivariumServer {
             return tool_error(text);
         }
         let client_name = format!("{SERVER_NAME}/{}", env!("CARGO_PKG_VERSION"));
-        let connect = Client::connect_as(&config.socket, &client_name);
+        // The hello's answer before the job: a refused hello gets its own advice.
+        let connect = async {
+            let mut client = Client::connect_as(&config.socket, &client_name).await?;
+            client.hello().await?;
+            Ok::<_, vivarium_client::ClientError>(client)
+        };
         let mut client = match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
             Ok(Ok(client)) => client,
             Ok(Err(e)) => return tool_error(connect_error_text(&config.socket, &e)),

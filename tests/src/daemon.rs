@@ -393,7 +393,7 @@ impl Daemon {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    /// A connected client (hello done).
+    /// A connected client (its hello sent; the answer comes with the first request's).
     pub async fn client(&self) -> Client {
         match tokio::time::timeout(JOB_TIMEOUT, Client::connect(&self.socket)).await {
             Ok(Ok(c)) => c,

@@ -208,7 +208,11 @@ async fn sigterm_drains_within_the_grace_period_then_kills() {
     // No new connection is accepted while draining.
     let mut refused = false;
     for _ in 0..100 {
-        if Client::connect(daemon.socket()).await.is_err() {
+        let hello = async {
+            let mut client = Client::connect(daemon.socket()).await?;
+            client.hello().await.map(|_| ())
+        };
+        if hello.await.is_err() {
             refused = true;
             break;
         }

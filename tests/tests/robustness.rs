@@ -1026,7 +1026,11 @@ async fn a_burst_of_library_clients_all_connect() {
     let tasks: Vec<_> = (0..500)
         .map(|_| {
             let path = path.clone();
-            tokio::spawn(async move { vivarium_client::Client::connect(&path).await })
+            tokio::spawn(async move {
+                let mut client = vivarium_client::Client::connect(&path).await?;
+                client.hello().await?;
+                Ok::<_, vivarium_client::ClientError>(client)
+            })
         })
         .collect();
     let mut clients = Vec::new();

@@ -125,18 +125,18 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket) {
         &live.allowed_gids,
     ) {
         tracing::warn!(uid = peer.uid, gid = peer.gid, "peer not admitted");
-        // Answer the client's first message (its hello) rather than closing under it:
-        // closing with unread data resets the connection and the client would never
-        // read why.
-        let mut first = vec![0u8; MAX_FRAME + 1];
-        let _ =
-            tokio::time::timeout(std::time::Duration::from_secs(2), sock.recv(&mut first)).await;
         send_error(
             &sock,
             ErrorCode::NotAuthorized,
             format!("uid {} is not admitted", peer.uid),
         )
         .await;
+        // Closing with unread data would reset the connection, and the client would read
+        // the reset instead of why: read what it sent (its hello, and the request it may
+        // have sent right behind it) until it hangs up, for at most 2 seconds.
+        let mut sink = vec![0u8; MAX_FRAME + 1];
+        let drain = async { while matches!(sock.recv(&mut sink).await, Ok(n) if n > 0) {} };
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(2), drain).await;
         return;
     }
     let mut buf = vec![0u8; MAX_FRAME + 1];
