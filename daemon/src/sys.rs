@@ -324,3 +324,54 @@ pub fn fd_is_open(fd: RawFd) -> bool {
     // unused number just yields EBADF.
     unsafe { libc::fcntl(fd, libc::F_GETFD) != -1 }
 }
+
+/// Send `bytes` as one datagram on a SOCK_SEQPACKET socket with `fds` attached
+/// (SCM_RIGHTS).
+pub fn send_with_fds(sock: BorrowedFd<'_>, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<()> {
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+    let raw: Vec<RawFd> = fds.iter().map(AsRawFd::as_raw_fd).collect();
+    let cmsgs: &[ControlMessage<'_>] = if raw.is_empty() {
+        &[]
+    } else {
+        &[ControlMessage::ScmRights(&raw)]
+    };
+    sendmsg::<()>(
+        sock.as_raw_fd(),
+        &[io::IoSlice::new(bytes)],
+        cmsgs,
+        MsgFlags::MSG_NOSIGNAL,
+        None,
+    )?;
+    Ok(())
+}
+
+/// Receive one datagram into `buf` with up to 8 fds attached (SCM_RIGHTS, close-on-exec).
+/// Returns its length and the fds; a datagram or fd list that did not fit is an error.
+pub fn recv_with_fds(sock: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+    let mut cmsg = nix::cmsg_space!([RawFd; 8]);
+    let mut iov = [io::IoSliceMut::new(buf)];
+    let msg = recvmsg::<()>(
+        sock.as_raw_fd(),
+        &mut iov,
+        Some(&mut cmsg),
+        MsgFlags::MSG_CMSG_CLOEXEC,
+    )?;
+    let mut fds = Vec::new();
+    for c in msg.cmsgs()? {
+        if let ControlMessageOwned::ScmRights(raw) = c {
+            // SAFETY: SCM_RIGHTS gave us fresh fds that nothing else owns.
+            fds.extend(
+                raw.into_iter()
+                    .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
+            );
+        }
+    }
+    if msg
+        .flags
+        .intersects(MsgFlags::MSG_TRUNC | MsgFlags::MSG_CTRUNC)
+    {
+        return Err(io::Error::other("datagram or its fds truncated"));
+    }
+    Ok((msg.bytes, fds))
+}

@@ -18,4 +18,6 @@ print(json.dumps({
            for n in ("user", "mnt", "pid", "net", "ipc", "uts", "cgroup")},
     "uid_map": [l.split() for l in open("/proc/self/uid_map")],
     "gid_map": [l.split() for l in open("/proc/self/gid_map")],
+    # hierarchy-id:controllers:path, the path relative to the cgroup namespace's root.
+    "cgroup": [l.rstrip("\n").split(":", 2) for l in open("/proc/self/cgroup")],
 }))

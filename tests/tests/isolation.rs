@@ -74,6 +74,16 @@ async fn every_namespace_is_new_and_host_root_is_unmapped() {
             "the job shares the host's {ns} namespace"
         );
     }
+    // The cgroup namespace is rooted at the job's own cgroup: every hierarchy shows `/`
+    // (on v1, init joins its cgroup after the clone and only then makes the namespace).
+    let cgroups = ev["cgroup"].as_array().expect("cgroup lines");
+    assert!(!cgroups.is_empty());
+    for line in cgroups {
+        assert_eq!(
+            line[2], "/",
+            "the job sees a cgroup path outside its own: {cgroups:?}"
+        );
+    }
     // `inside outside count` lines: uid 1000 is mapped, and no inside id is host root.
     for map in ["uid_map", "gid_map"] {
         let lines = ev[map].as_array().expect("map lines");

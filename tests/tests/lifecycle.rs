@@ -286,6 +286,52 @@ async fn unreachable_state_dir_is_refused_at_startup_not_per_job() {
     }
 }
 
+/// A job whose cgroup cannot be made (its name taken, here by a directory the test made
+/// in the last hierarchy, so the others are made and must be removed again) ends as a
+/// sandbox error naming the cgroup, its code never runs, its init (cloned before the
+/// cgroup is made, on v1) is gone with everything else of it, and the next job runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_job_whose_cgroup_cannot_be_made_fails_alone_and_leaves_nothing() {
+    if !require_root() {
+        return;
+    }
+    let daemon = Daemon::start(DaemonOpts::default());
+    let first = daemon.run("pass").await;
+    assert_eq!(first.outcome.reason, Reason::Ok);
+    let before = daemon.settled_snapshot();
+    let taken = daemon
+        .cgroup_subtree_dirs()
+        .last()
+        .expect("a hierarchy")
+        .join(format!("job-{}", first.outcome.job_id + 1));
+    std::fs::create_dir(&taken).expect("take the next job's cgroup name");
+    let refused = daemon.run("print('ran')").await;
+    std::fs::remove_dir(&taken).expect("the test's own directory, left as it was");
+    assert_eq!(
+        refused.outcome.job_id,
+        first.outcome.job_id + 1,
+        "the job meant to meet the taken name"
+    );
+    assert_eq!(
+        refused.outcome.reason,
+        Reason::SandboxError,
+        "{:#?}",
+        refused.outcome
+    );
+    assert!(
+        refused.outcome.detail.contains("cgroup"),
+        "{}",
+        refused.outcome.detail
+    );
+    assert!(refused.stdout.is_empty(), "the code ran");
+    daemon.assert_no_leaks(&before);
+    let next = daemon.run("print(1)").await;
+    assert_eq!(
+        (next.outcome.reason, next.stdout.as_slice()),
+        (Reason::Ok, &b"1\n"[..])
+    );
+}
+
 /// One hundred jobs of every kind, then nothing left: no process, no cgroup, no host
 /// mount, no fd in the daemon or the spawner, no file in the state directory.
 #[tokio::test(flavor = "multi_thread")]

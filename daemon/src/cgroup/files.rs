@@ -55,18 +55,69 @@ pub(super) fn read_string(path: &Path) -> Result<String, CgroupError> {
 
 /// Read a file holding a single unsigned number (`cpuacct.usage`, `memory.peak`, ...).
 pub(super) fn read_u64(path: &Path) -> Result<u64, CgroupError> {
-    parse_u64(&read_string(path)?).ok_or_else(|| CgroupError::Parse {
-        path: path.to_path_buf(),
-        key: "value",
-    })
+    Counters::default().read_u64(path)
 }
 
-/// Read `key` from a flat keyed file (`memory.events`, `cpu.stat`, `memory.oom_control`, ...).
-pub(super) fn read_key(path: &Path, key: &'static str) -> Result<u64, CgroupError> {
-    parse_keyed(&read_string(path)?, key).ok_or_else(|| CgroupError::Parse {
-        path: path.to_path_buf(),
-        key,
-    })
+/// A job's counter files, opened once (while the job runs) and read at its end without
+/// an open or a close each: the kernel regenerates a cgroup file's text on every read
+/// from offset 0 (`pread`). A file not opened here is read by path.
+#[derive(Debug, Default)]
+pub(super) struct Counters(Vec<(PathBuf, fs::File)>);
+
+impl Counters {
+    /// Open those of `paths` that exist (a missing one fails later, when read by path).
+    pub(super) fn open(paths: impl IntoIterator<Item = PathBuf>) -> Counters {
+        Counters(
+            paths
+                .into_iter()
+                .filter_map(|p| fs::File::open(&p).ok().map(|f| (p, f)))
+                .collect(),
+        )
+    }
+
+    /// Whether `path` exists (known without a syscall when it was opened here).
+    pub(super) fn exists(&self, path: &Path) -> bool {
+        self.0.iter().any(|(p, _)| p == path) || path.exists()
+    }
+
+    pub(super) fn read_string(&self, path: &Path) -> Result<String, CgroupError> {
+        use std::os::unix::fs::FileExt;
+        let Some((_, file)) = self.0.iter().find(|(p, _)| p == path) else {
+            return read_string(path);
+        };
+        let err = |source| CgroupError::Read {
+            path: path.to_path_buf(),
+            source,
+        };
+        let mut buf = vec![0u8; 512];
+        let mut len = 0;
+        loop {
+            if len == buf.len() {
+                buf.resize(len * 2, 0);
+            }
+            match file.read_at(&mut buf[len..], len as u64).map_err(err)? {
+                0 => break,
+                n => len += n,
+            }
+        }
+        buf.truncate(len);
+        String::from_utf8(buf).map_err(|e| err(io::Error::new(io::ErrorKind::InvalidData, e)))
+    }
+
+    pub(super) fn read_u64(&self, path: &Path) -> Result<u64, CgroupError> {
+        parse_u64(&self.read_string(path)?).ok_or_else(|| CgroupError::Parse {
+            path: path.to_path_buf(),
+            key: "value",
+        })
+    }
+
+    /// `key` from a flat keyed file (`memory.events`, `cpu.stat`, `memory.oom_control`...).
+    pub(super) fn read_key(&self, path: &Path, key: &'static str) -> Result<u64, CgroupError> {
+        parse_keyed(&self.read_string(path)?, key).ok_or_else(|| CgroupError::Parse {
+            path: path.to_path_buf(),
+            key,
+        })
+    }
 }
 
 /// Parse a single number, surrounding whitespace allowed.

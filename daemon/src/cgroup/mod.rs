@@ -351,6 +351,15 @@ impl JobCgroup {
         }
     }
 
+    /// Open the counter files [`JobCgroup::stats`] reads, so that the end of the job
+    /// reads them without opening each: call it while the job runs (after its start).
+    pub fn open_counters(&mut self) {
+        match &mut self.backend {
+            JobBackend::V1(j) => j.open_counters(),
+            JobBackend::V2(j) => j.open_counters(),
+        }
+    }
+
     pub fn stats(&self) -> Result<Stats, CgroupError> {
         match &self.backend {
             JobBackend::V1(j) => j.stats(),

@@ -8,7 +8,7 @@
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
 
-use super::files::{self, attach_self, c_path, make_dir, read_key, read_u64, remove_dir};
+use super::files::{self, attach_self, c_path, make_dir, read_u64, remove_dir};
 use super::{validate_name, CgroupError, Controller, Limits, Stats, V1_HOME};
 
 #[derive(Clone, Debug)]
@@ -99,6 +99,7 @@ impl V1 {
             memory: dir_of(memory),
             pids: dir_of(pids),
             cpuacct: self.hierarchy(Controller::Cpuacct).ok().map(dir_of),
+            counters: files::Counters::default(),
         };
         for h in &self.hierarchies {
             let dir = dir_of(h);
@@ -177,6 +178,7 @@ pub(super) struct Job {
     memory: PathBuf,
     pids: PathBuf,
     cpuacct: Option<PathBuf>,
+    counters: files::Counters,
 }
 
 impl Job {
@@ -224,7 +226,22 @@ impl Job {
     }
 
     pub(super) fn cpu_usage_ns(&self) -> Result<u64, CgroupError> {
-        read_u64(&self.cpuacct()?.join("cpuacct.usage"))
+        self.counters
+            .read_u64(&self.cpuacct()?.join("cpuacct.usage"))
+    }
+
+    /// Open the files `stats` reads (see [`files::Counters`]).
+    pub(super) fn open_counters(&mut self) {
+        let memory = |f: &str| self.memory.join(f);
+        let mut paths = vec![
+            memory("memory.max_usage_in_bytes"),
+            memory("memory.oom_control"),
+            memory("memory.failcnt"),
+            memory("memory.memsw.failcnt"),
+            self.pids.join("pids.events"),
+        ];
+        paths.extend(self.cpuacct.as_ref().map(|d| d.join("cpuacct.usage")));
+        self.counters = files::Counters::open(paths);
     }
 
     pub(super) fn stats(&self) -> Result<Stats, CgroupError> {
@@ -232,18 +249,20 @@ impl Job {
         // the hits are the sum. Kernel surprise: recent kernels (seen on 6.18) count failcnt
         // only for the memory counter (`track_failcnt`), and with memsw == limit it is memsw
         // that fails, so on such hosts this stays 0 even after an OOM kill.
+        let c = &self.counters;
         let memsw_failcnt = self.memory.join("memory.memsw.failcnt");
-        let memsw_hits = if memsw_failcnt.exists() {
-            read_u64(&memsw_failcnt)?
+        let memsw_hits = if c.exists(&memsw_failcnt) {
+            c.read_u64(&memsw_failcnt)?
         } else {
             0
         };
         Ok(Stats {
             cpu_usage_ns: self.cpu_usage_ns()?,
-            peak_memory_bytes: read_u64(&self.memory.join("memory.max_usage_in_bytes"))?,
-            oom_kills: read_key(&self.memory.join("memory.oom_control"), "oom_kill")?,
-            pids_limit_hits: read_key(&self.pids.join("pids.events"), "max")?,
-            memory_limit_hits: read_u64(&self.memory.join("memory.failcnt"))?
+            peak_memory_bytes: c.read_u64(&self.memory.join("memory.max_usage_in_bytes"))?,
+            oom_kills: c.read_key(&self.memory.join("memory.oom_control"), "oom_kill")?,
+            pids_limit_hits: c.read_key(&self.pids.join("pids.events"), "max")?,
+            memory_limit_hits: c
+                .read_u64(&self.memory.join("memory.failcnt"))?
                 .saturating_add(memsw_hits),
         })
     }
@@ -389,7 +408,7 @@ mod tests {
         let mounts = v1_tree(tmp.path(), &[&[Memory], &[Pids], &[Cpu, Cpuacct]]);
         let cg = Cgroups::v1_at(&mounts, "vivarium");
         cg.setup().unwrap();
-        let job = cg.create_job("s", &LIMITS).unwrap();
+        let mut job = cg.create_job("s", &LIMITS).unwrap();
         let put = |c: &str, f: &str, v: &str| {
             fs::write(tmp.path().join(c).join("vivarium/s").join(f), v).unwrap()
         };
@@ -412,6 +431,15 @@ mod tests {
                 pids_limit_hits: 15,
                 memory_limit_hits: 2550,
             }
+        );
+        // Opened once, the files are read again from the start at every call.
+        job.open_counters();
+        put("pids", "pids.events", "max 16\n");
+        put("cpu,cpuacct", "cpuacct.usage", "2500000000\n");
+        let stats = job.stats().unwrap();
+        assert_eq!(
+            (stats.pids_limit_hits, stats.cpu_usage_ns),
+            (16, 2_500_000_000)
         );
         put("pids", "pids.events", "garbage\n");
         assert!(matches!(

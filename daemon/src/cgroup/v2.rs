@@ -12,9 +12,7 @@ use std::path::{Path, PathBuf};
 use nix::fcntl::{self, OFlag};
 use nix::sys::stat::Mode;
 
-use super::files::{
-    self, attach_self, c_path, make_dir, parse_controller_list, read_key, read_string, read_u64,
-};
+use super::files::{self, attach_self, c_path, make_dir, parse_controller_list, read_string};
 use super::{CgroupError, Controller, Limits, Stats, V2_LEAF};
 
 /// Controllers enabled for the jobs, in `cgroup.subtree_control` syntax order.
@@ -110,6 +108,7 @@ impl V2 {
             Ok(Job {
                 procs: c_path(&dir.join("cgroup.procs")),
                 cpu_stat: dir.join("cpu.stat"),
+                counters: files::Counters::default(),
                 dir: dir.clone(),
                 fd,
             })
@@ -191,6 +190,7 @@ pub(super) struct Job {
     fd: OwnedFd,
     procs: CString,
     cpu_stat: PathBuf,
+    counters: files::Counters,
 }
 
 impl Job {
@@ -207,24 +207,42 @@ impl Job {
     }
 
     pub(super) fn cpu_usage_ns(&self) -> Result<u64, CgroupError> {
-        Ok(read_key(&self.cpu_stat, "usage_usec")?.saturating_mul(1000))
+        Ok(self
+            .counters
+            .read_key(&self.cpu_stat, "usage_usec")?
+            .saturating_mul(1000))
+    }
+
+    /// Open the files `stats` reads (see [`files::Counters`]).
+    pub(super) fn open_counters(&mut self) {
+        let paths = [
+            "memory.events",
+            "memory.peak",
+            "memory.current",
+            "pids.events",
+        ]
+        .map(|f| self.dir.join(f))
+        .into_iter()
+        .chain([self.cpu_stat.clone()]);
+        self.counters = files::Counters::open(paths);
     }
 
     pub(super) fn stats(&self) -> Result<Stats, CgroupError> {
+        let c = &self.counters;
         let events = self.dir.join("memory.events");
         // memory.peak arrived in 5.19; before it the best is the current usage.
         let peak = self.dir.join("memory.peak");
-        let peak = if peak.exists() {
+        let peak = if c.exists(&peak) {
             peak
         } else {
             self.dir.join("memory.current")
         };
         Ok(Stats {
             cpu_usage_ns: self.cpu_usage_ns()?,
-            peak_memory_bytes: read_u64(&peak)?,
-            oom_kills: read_key(&events, "oom_kill")?,
-            pids_limit_hits: read_key(&self.dir.join("pids.events"), "max")?,
-            memory_limit_hits: read_key(&events, "max")?,
+            peak_memory_bytes: c.read_u64(&peak)?,
+            oom_kills: c.read_key(&events, "oom_kill")?,
+            pids_limit_hits: c.read_key(&self.dir.join("pids.events"), "max")?,
+            memory_limit_hits: c.read_key(&events, "max")?,
         })
     }
 
@@ -381,7 +399,7 @@ mod tests {
         let root = v2_root(tmp.path(), &["cpu", "memory", "pids"]);
         let cg = Cgroups::v2_at(root.clone());
         cg.setup().unwrap();
-        let job = cg.create_job("s", &LIMITS).unwrap();
+        let mut job = cg.create_job("s", &LIMITS).unwrap();
         let put = |f: &str, v: &str| fs::write(root.join("s").join(f), v).unwrap();
         put(
             "cpu.stat",
@@ -403,8 +421,23 @@ mod tests {
         };
         assert_eq!(job.stats().unwrap(), expected);
         assert_eq!(job.cpu_usage_ns().unwrap(), 1_500_000);
+        // Opened once, the files are read again from the start at every call.
+        job.open_counters();
+        put("pids.events", "max 8\n");
+        put("cpu.stat", "usage_usec 2500\n");
+        let stats = job.stats().unwrap();
+        assert_eq!((stats.pids_limit_hits, stats.cpu_usage_ns), (8, 2_500_000));
+        put("pids.events", "max 7\n");
+        put("cpu.stat", "usage_usec 1500\n");
         // Before 5.19 there is no memory.peak: fall back to memory.current.
-        fs::remove_file(root.join("s/memory.peak")).unwrap();
+        job = cg.create_job("t", &LIMITS).unwrap();
+        let put = |f: &str, v: &str| fs::write(root.join("t").join(f), v).unwrap();
+        put("cpu.stat", "usage_usec 1500\n");
+        put("memory.current", "123\n");
+        put("memory.events", "max 31\noom_kill 2\n");
+        put("pids.events", "max 7\n");
+        fs::remove_file(root.join("t/memory.peak")).unwrap();
+        job.open_counters();
         assert_eq!(
             job.stats().unwrap(),
             Stats {

@@ -5,7 +5,9 @@
 //! 1. init waits for the spawner's go: uid/gid maps must be written before it can act
 //!    as root of its user namespace.
 //! 2. init becomes uid 0 *inside* (caps in its own userns only), builds the root
-//!    (mounts need CAP_SYS_ADMIN in the userns owning the mount ns) and pivots.
+//!    (mounts need CAP_SYS_ADMIN in the userns owning the mount ns) and pivots. On
+//!    cgroup v1 it then moves itself into the job's cgroup, which the spawner made
+//!    meanwhile, and makes its cgroup namespace (v2: cloned into both).
 //! 3. hostname, the script, rlimits: still need ns-root or are inherited by the payload.
 //! 4. init forks the payload and stays as reaper: a pid namespace dies with its init,
 //!    so when the payload ends, everything it left behind is killed by the kernel.
@@ -72,7 +74,8 @@ impl Prepared {
 
 /// The fds a job's init owns, received from the spawner.
 pub struct InitFds {
-    /// Read end: one byte when maps and cgroup are in place; EOF means abort.
+    /// Read end: one byte when the maps are in place (and, on v2, the cgroup); EOF
+    /// means abort.
     pub sync: OwnedFd,
     /// Write end: [`InitMsg`]s for the spawner.
     pub status: OwnedFd,
@@ -83,6 +86,9 @@ pub struct InitFds {
     pub stderr: OwnedFd,
     /// Handed to the payload as fds 3, 4, ...: a zygote's control socket and library.
     pub extra: Vec<OwnedFd>,
+    /// cgroup v1: where the spawner sends the job cgroup's `tasks` files once it has
+    /// made them (init was cloned before, in the spawner's own cgroup).
+    pub attach: Option<OwnedFd>,
 }
 
 pub struct InitArgs<'a> {
@@ -122,6 +128,7 @@ pub fn run(args: InitArgs<'_>) -> ! {
     ]
     .into_iter()
     .chain(&fds.extra)
+    .chain(&fds.attach)
     .map(|f| f.as_raw_fd() as u32)
     .collect::<Vec<_>>();
     if !args.weakening.drops(Layer::CloseFds)
@@ -146,6 +153,7 @@ pub fn run(args: InitArgs<'_>) -> ! {
         stdout: fds.stdout,
         stderr: fds.stderr,
         extra: fds.extra,
+        attach: fds.attach,
     };
     match init(
         plan,
@@ -170,6 +178,7 @@ struct ChildFds {
     stdout: OwnedFd,
     stderr: OwnedFd,
     extra: Vec<OwnedFd>,
+    attach: Option<OwnedFd>,
 }
 
 fn init(
@@ -180,8 +189,7 @@ fn init(
     mut fds: ChildFds,
     status: &std::fs::File,
 ) -> Result<(), SetupError> {
-    // 1. Wait for the maps (and, on cgroup v1, nothing else: we were cloned inside
-    //    the job's cgroup).
+    // 1. Wait for the maps (the cgroup: cloned into it on v2, joined in 2b on v1).
     let mut go = [0u8; 1];
     let mut sync = std::fs::File::from(fds.sync);
     if sync.read(&mut go).ok() != Some(1) {
@@ -237,6 +245,17 @@ fn init(
         weaken::after_populate(weakening, &plan.mounts)?;
     }
     mount::pivot()?;
+
+    // 2b. cgroup v1: into the job's cgroup, which the spawner made while we built the
+    //     root; only then the cgroup namespace, rooted there. (v2: cloned into it, with
+    //     the namespace.) Before the script is written: its tmpfs pages are the job's.
+    if let Some(sock) = fds.attach.take() {
+        join_late_cgroup(&sock)?;
+        if !weakening.drops(Layer::CgroupNs) {
+            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWCGROUP)
+                .map_err(|e| SetupError::errno("unshare-cgroup", e))?;
+        }
+    }
 
     // 3. Hostname, the script, rlimits (inherited by the payload).
     if !weakening.drops(Layer::UtsNs) {
@@ -351,6 +370,41 @@ pub(crate) fn supervise(
             disk_full,
         },
     );
+    Ok(())
+}
+
+/// cgroup v1: the spawner sends `ok <name>` and the job cgroup's `tasks` files (one per
+/// hierarchy, opened by the spawner: the kernel checks the opener's credentials, and we
+/// are no longer the host's uid 0). Write `0` to each (a single-threaded process moving
+/// itself: the cheap attach), then check that every hierarchy lists us in the job's
+/// cgroup. Anything else (`error`, a hang-up) ends the job here: it never runs outside.
+fn join_late_cgroup(sock: &OwnedFd) -> Result<(), SetupError> {
+    let mut buf = [0u8; 256];
+    let (n, files) = sys::recv_with_fds(sock.as_fd(), &mut buf)
+        .map_err(|e| SetupError::io("cgroup-attach", "spawner".as_ref(), &e))?;
+    let text = String::from_utf8_lossy(&buf[..n]);
+    let name = match text.strip_prefix("ok ") {
+        Some(name) if !files.is_empty() => name,
+        _ => {
+            return Err(SetupError::Other {
+                step: "cgroup-attach",
+                detail: format!("the spawner made no cgroup: {text:?}"),
+            })
+        }
+    };
+    for file in &files {
+        nix::unistd::write(file, b"0").map_err(|e| SetupError::errno("cgroup-attach", e))?;
+    }
+    let own = format!("/{name}");
+    let listed = std::fs::read_to_string("/proc/self/cgroup")
+        .map_err(|e| SetupError::io("cgroup-attach", "/proc/self/cgroup".as_ref(), &e))?;
+    let joined = listed.lines().filter(|l| l.ends_with(own.as_str())).count();
+    if joined < files.len() {
+        return Err(SetupError::Other {
+            step: "cgroup-attach",
+            detail: format!("in {joined} of {} job cgroups: {listed}", files.len()),
+        });
+    }
     Ok(())
 }
 

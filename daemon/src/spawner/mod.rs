@@ -511,9 +511,17 @@ impl Spawner {
         } else {
             format!("job-{}", plan.job_id)
         };
+        // On cgroup v1 the job's cgroup is made after the clone, while init builds the
+        // root on the other CPU, and init moves itself in (see `late_cgroup`); on v2 it
+        // is made first and init is cloned straight into it (`CLONE_INTO_CGROUP`).
+        let late = self
+            .cgroups
+            .as_ref()
+            .is_some_and(|cg| cg.version() == Version::V1);
         let cgroup = match self
             .cgroups
             .as_ref()
+            .filter(|_| !late)
             .map(|cg| cg.create_job(&name, &limits))
         {
             None => None,
@@ -523,17 +531,31 @@ impl Spawner {
                 return Err(fail("cgroup", error_chain(&e)));
             }
         };
-        let result = self.clone_job(&plan, &prepared, cgroup.as_ref(), slot, stdio, extra);
+        let result = self.clone_job(&plan, &prepared, cgroup.as_ref(), slot, stdio, extra, late);
         match result {
-            Ok((pid, pidfd, status, lifeline)) => Ok(self.new_job(
-                &plan,
-                pid,
-                pidfd,
-                status,
-                cgroup,
-                Some(slot),
-                Some(lifeline),
-            )),
+            Ok((pid, pidfd, status, lifeline, attach)) => {
+                let cgroup = match attach {
+                    None => cgroup,
+                    Some(sock) => match self.late_cgroup(&name, &limits, &sock) {
+                        Ok(cg) => Some(cg),
+                        Err(f) => {
+                            let _ = sys::pidfd_send_signal(pidfd.as_fd(), libc::SIGKILL);
+                            let _ = nix::sys::wait::waitpid(pid, None);
+                            self.free_slots.push(slot);
+                            return Err(f);
+                        }
+                    },
+                };
+                Ok(self.new_job(
+                    &plan,
+                    pid,
+                    pidfd,
+                    status,
+                    cgroup,
+                    Some(slot),
+                    Some(lifeline),
+                ))
+            }
             Err(f) => {
                 if let Some(cg) = cgroup {
                     let _ = cg.kill_all();
@@ -545,6 +567,53 @@ impl Spawner {
         }
     }
 
+    /// cgroup v1, after the clone: make the job's cgroup (directories and limits) while
+    /// init builds the root, then hand init the `tasks` files to write `0` to, opened
+    /// here (the kernel checks the opener's credentials), with `ok <name>` on `sock`.
+    /// Init moves itself in before it writes the script or forks the payload, checks
+    /// where it is, and only then makes its cgroup namespace. On failure init gets
+    /// `error` and the caller kills it.
+    fn late_cgroup(
+        &self,
+        name: &str,
+        limits: &Limits,
+        sock: &OwnedFd,
+    ) -> Result<JobCgroup, Failure> {
+        let Some(cgroups) = self.cgroups.as_ref() else {
+            let _ = sys::send_with_fds(sock.as_fd(), b"error", &[]);
+            return Err(Failure {
+                step: "cgroup".into(),
+                detail: "no cgroup hierarchy".into(),
+                errno: 0,
+            });
+        };
+        let made = cgroups.create_job(name, limits).and_then(|cg| {
+            let files = cg.attach_files()?;
+            Ok((cg, files))
+        });
+        let (cgroup, files) = match made {
+            Ok(made) => made,
+            Err(e) => {
+                let _ = sys::send_with_fds(sock.as_fd(), b"error", &[]);
+                return Err(Failure {
+                    step: "cgroup".into(),
+                    detail: error_chain(&e),
+                    errno: 0,
+                });
+            }
+        };
+        let fds: Vec<_> = files.iter().map(|f| f.as_fd()).collect();
+        if let Err(e) = sys::send_with_fds(sock.as_fd(), format!("ok {name}").as_bytes(), &fds) {
+            let _ = cgroup.remove();
+            return Err(Failure {
+                step: "cgroup-attach".into(),
+                detail: format!("handing init its cgroup files: {e}"),
+                errno: e.raw_os_error().unwrap_or(0),
+            });
+        }
+        Ok(cgroup)
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn new_job(
         &self,
@@ -552,10 +621,15 @@ impl Spawner {
         pid: Pid,
         pidfd: OwnedFd,
         status: std::fs::File,
-        cgroup: Option<JobCgroup>,
+        mut cgroup: Option<JobCgroup>,
         slot: Option<u32>,
         lifeline: Option<std::fs::File>,
     ) -> Job {
+        // While the job's init sets up on the other CPU: the end of the job then reads
+        // its counters without opening them.
+        if let Some(cg) = cgroup.as_mut() {
+            cg.open_counters();
+        }
         let now = Instant::now();
         // A warm sandbox has no deadline until its job is delivered (`Arm`); the
         // server kills unused ones when its pool shrinks.
@@ -590,6 +664,9 @@ impl Spawner {
         }
     }
 
+    /// Clone the job's init. `late`: its cgroup comes after the clone (cgroup v1, see
+    /// [`Spawner::late_cgroup`]); the socket to send it on is returned.
+    #[allow(clippy::too_many_arguments, clippy::type_complexity)]
     fn clone_job(
         &mut self,
         plan: &JobPlan,
@@ -598,7 +675,8 @@ impl Spawner {
         slot: u32,
         [code, stdin, stdout, stderr]: [OwnedFd; 4],
         extra: Vec<OwnedFd>,
-    ) -> Result<(Pid, OwnedFd, std::fs::File, std::fs::File), Failure> {
+        late: bool,
+    ) -> Result<(Pid, OwnedFd, std::fs::File, std::fs::File, Option<OwnedFd>), Failure> {
         let os = |step: &str, e: std::io::Error| Failure {
             step: step.into(),
             detail: e.to_string(),
@@ -617,6 +695,18 @@ impl Spawner {
             nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| os("pipe", e.into()))?;
         nix::fcntl::fcntl(&status_r, nix::fcntl::FcntlArg::F_SETFL(OFlag::O_NONBLOCK))
             .map_err(|e| os("fcntl", e.into()))?;
+        let (attach_parent, attach_child) = if late {
+            let (a, b) = nix::sys::socket::socketpair(
+                nix::sys::socket::AddressFamily::Unix,
+                nix::sys::socket::SockType::SeqPacket,
+                None,
+                nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+            )
+            .map_err(|e| os("socketpair", e.into()))?;
+            (Some(a), Some(b))
+        } else {
+            (None, None)
+        };
         let v1_home = self.cgroups.as_ref().filter(|c| c.version() == Version::V1);
         if let (Some(_), Some(cgroup)) = (v1_home, cgroup) {
             // ~0.1 ms for a single-threaded process moving itself, against 10-17 ms for
@@ -646,6 +736,10 @@ impl Spawner {
             | libc::CLONE_NEWIPC
             | unless(Layer::UtsNs, libc::CLONE_NEWUTS)
             | unless(Layer::CgroupNs, libc::CLONE_NEWCGROUP);
+        if late {
+            // Init makes its cgroup namespace once it is in the job's cgroup.
+            flags &= !libc::CLONE_NEWCGROUP;
+        }
         if plan.host_network {
             // A package install from an index (Landlock limits it to the index's TCP
             // port); every job proper gets a fresh, empty network namespace.
@@ -680,7 +774,10 @@ impl Spawner {
                 sys::exit_now(1);
             }
         }
-        if let (Some(home), false) = (v1_home, matches!(forked, Ok(sys::Forked::Child))) {
+        let moved = v1_home.is_some() && cgroup.is_some();
+        if let (Some(home), true, false) =
+            (v1_home, moved, matches!(forked, Ok(sys::Forked::Child)))
+        {
             // Only the spawner moves back; the child stays in the job's cgroup. A
             // spawner stuck in a job's cgroup would be killed with that job and charged
             // for it: fail closed, and let the server (and its supervisor) restart.
@@ -711,11 +808,21 @@ impl Spawner {
                     stdout,
                     stderr,
                     extra,
+                    attach: attach_child,
                 },
             }),
             sys::Forked::Parent { pid, pidfd } => (Pid::from_raw(pid), pidfd),
         };
-        drop((sync_r, status_w, code, stdin, stdout, stderr, extra));
+        drop((
+            sync_r,
+            status_w,
+            code,
+            stdin,
+            stdout,
+            stderr,
+            extra,
+            attach_child,
+        ));
         let lifeline = std::fs::File::from(sync_w);
         let write_maps = || -> std::io::Result<()> {
             let (uid_map, gid_map) = if self.config.rootless {
@@ -744,7 +851,13 @@ impl Spawner {
             let _ = nix::sys::wait::waitpid(pid, None);
             return Err(os("uid_map", e));
         }
-        Ok((pid, pidfd, std::fs::File::from(status_r), lifeline))
+        Ok((
+            pid,
+            pidfd,
+            std::fs::File::from(status_r),
+            lifeline,
+            attach_parent,
+        ))
     }
 
     /// The job's init has exited: reap it, report if that was not done yet, remove the
