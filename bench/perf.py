@@ -18,8 +18,9 @@ bare interpreter starts beside library jobs. Memory: the daemon's and the spawne
 resident set (VmHWM) after the run; private memory (USS) of idle warm sandboxes, of a
 zygote and its forked sandboxes, and of a small job forked from a zygote while it runs.
 
-Usage (as root, after `cargo build --release --workspace --lib --bins --examples`; the
-zygote library is a lib target):
+Usage (as root, after `cargo build --release --workspace --lib --bins --examples`, the
+zygote library being a lib target, then `cargo rustc --release -p vivarium-client --bin viv
+-- -C target-feature=+crt-static`: viv as dist/install.sh installs it, statically linked):
   python3 bench/perf.py [--runs 200] [--seconds 10] [--write docs/PERFORMANCE.md]
 """
 import argparse
@@ -265,6 +266,12 @@ def spawner_pid(daemon_pid):
     return None
 
 
+def linkage(exe):
+    """'static' or 'dynamic': whether `exe` names a program interpreter (ld.so)."""
+    with open(exe, "rb") as f:
+        return "dynamic" if b"/ld-linux" in f.read(4096) else "static"
+
+
 def machine():
     cpu = "unknown cpu"
     with open("/proc/cpuinfo") as f:
@@ -301,6 +308,9 @@ def main():
             sys.exit(f"{b} missing: run `cargo build --release --workspace --lib --bins --examples` first")
     if not os.path.exists(os.path.join(args.target, "libvivarium_zygote.so")):
         sys.exit("libvivarium_zygote.so missing: run `cargo build --release --workspace --lib` first")
+    if linkage(viv) != "static":
+        print(f"note: {viv} is dynamically linked; dist/install.sh installs a static one, which "
+              "starts ~0.5 ms sooner (see the usage above)", file=sys.stderr)
     if not shutil.which("bwrap"):
         sys.exit("bwrap missing: apt-get install bubblewrap")
     tmp = tempfile.mkdtemp(prefix="vivarium-perf-")
@@ -430,7 +440,7 @@ def main():
             d.wait(timeout=10)
         shutil.rmtree(tmp, ignore_errors=True)
 
-    lines = [f"Machine: {machine()}",
+    lines = [f"Machine: {machine()}; viv {linkage(viv)}ally linked",
              f"Latency: {args.runs} rounds, launchers interleaved in rotating order.", "",
              "| launcher | median ms | p90 ms | p99 ms | ratio of medians | median paired ratio |",
              "|---|---:|---:|---:|---:|---:|"]

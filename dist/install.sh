@@ -23,10 +23,22 @@ for arg in "$@"; do
   esac
 done
 
+# viv, statically linked (static-pie): it starts in ~1 ms, against ~1.6 ms for the
+# dynamically linked build (loader, three shared libraries); every `viv run` pays it.
+# `cargo rustc` applies the flag to the final binary only (build scripts and proc macros
+# cannot be static). viv uses no NSS lookups, the usual catch of a static glibc.
+build_static_viv() {
+  (cd "$repo" && cargo rustc --locked --release -p vivarium-client --bin viv -- \
+    -C target-feature=+crt-static)
+}
+
 if [ "$mode" = user ]; then
   # Per-user units: the daemon from ~/.cargo/bin, config in ~/.config/vivarium.
   [ "$build" = 1 ] && cargo install --locked --path "$repo/daemon"
-  [ "$build" = 1 ] && cargo install --locked --path "$repo/client"
+  if [ "$build" = 1 ]; then
+    build_static_viv
+    install -D -m 0755 "$repo/target/release/viv" "${CARGO_HOME:-$HOME/.cargo}/bin/viv"
+  fi
   conf="${XDG_CONFIG_HOME:-$HOME/.config}/vivarium"
   units="${XDG_CONFIG_HOME:-$HOME/.config}/systemd/user"
   install -d -m 0755 "$conf" "$conf/profiles" "$units"
@@ -53,7 +65,8 @@ fi
 #    (profiles with `warm.zygote`; the daemon looks for it in ../lib/vivarium/).
 if [ "$build" = 1 ]; then
   cargo install --locked --root "$PREFIX" --path "$repo/daemon"
-  cargo install --locked --root "$PREFIX" --path "$repo/client"
+  build_static_viv
+  install -D -m 0755 "$repo/target/release/viv" "$PREFIX/bin/viv"
   (cd "$repo" && cargo build --locked --release -p vivarium-zygote)
 else
   install -D -m 0755 "$repo/target/release/vivariumd" "$PREFIX/bin/vivariumd"

@@ -58,6 +58,8 @@ timed tools 900 "$here/host-tools.sh"
 
 log "host build: cargo build --release (vivariumd, viv) and the daemon's unit-test binary"
 timed build 2400 cargo build --release --locked -p vivariumd -p vivarium-client -p vivarium-zygote
+# viv as dist/install.sh builds it: statically linked (the guest's checks run jobs with it).
+timed build-viv 600 cargo rustc --release --locked -p vivarium-client --bin viv -- -C target-feature=+crt-static
 timed test-build 2400 cargo test --locked -p vivariumd --lib --no-run
 test_bin=$(cargo test --locked -p vivariumd --lib --no-run --message-format=json 2>/dev/null \
   | python3 -c 'import json,sys
