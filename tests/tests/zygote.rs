@@ -210,3 +210,87 @@ async fn a_job_that_dies_at_birth_leaves_the_zygote_and_its_jobs_alone() {
     let next = daemon.run_job(&Job::new(WARM_MARK).profile("hot")).await;
     assert!(ran_warm(&next), "{}", describe(&next));
 }
+
+/// The idle zygote's interpreter: a Python process whose parent is not one.
+fn idle_zygote(daemon: &Daemon) -> Option<i32> {
+    let procs = daemon.job_processes();
+    let python = |pid: i32| {
+        procs
+            .iter()
+            .any(|p| p.pid == pid && p.comm.starts_with("python"))
+    };
+    let mut zygotes = procs
+        .iter()
+        .filter(|p| p.comm.starts_with("python") && !python(p.ppid));
+    let zygote = zygotes.next()?.pid;
+    zygotes.next().is_none().then_some(zygote)
+}
+
+/// Job cgroups in the daemon's subtree (the zygote's own is not one).
+fn job_cgroups(daemon: &Daemon) -> Vec<std::path::PathBuf> {
+    let job = |d: &std::path::PathBuf| {
+        d.file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("job-"))
+    };
+    daemon.cgroup_leftovers().into_iter().filter(job).collect()
+}
+
+/// A zygote that stops answering holds up only the request it was asked: the spawner
+/// does not wait for the answer, so a cold job submitted meanwhile runs at once (while
+/// the unanswered request's cgroup still exists); the request is then given up ("did
+/// not answer"), its job starts cold, and the stopped zygote is ended.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_zygote_that_does_not_answer_holds_up_no_other_job() {
+    if !require_root() {
+        return;
+    }
+    let daemon = start(0, 300);
+    let before = daemon.settled_snapshot();
+    let first = daemon.run_job(&Job::new(WARM_MARK).profile("hot")).await;
+    assert!(ran_warm(&first), "{}", describe(&first));
+    assert!(wait_until(Duration::from_secs(10), || idle_zygote(&daemon)
+        .is_some()
+        && job_cgroups(&daemon).is_empty()));
+    let zygote = idle_zygote(&daemon).unwrap();
+    use nix::sys::signal::{kill, Signal};
+    kill(nix::unistd::Pid::from_raw(zygote), Signal::SIGSTOP).expect("stop the zygote");
+    let asked = {
+        let mut client = daemon.client().await;
+        tokio::spawn(async move {
+            client
+                .run_collect(&Job::new(WARM_MARK).profile("hot"), None)
+                .await
+        })
+    };
+    // The request is out once its sandbox's cgroup exists (made, then asked for).
+    let mut request = Vec::new();
+    assert!(wait_until(Duration::from_secs(10), || {
+        request = job_cgroups(&daemon);
+        !request.is_empty()
+    }));
+    let cold = daemon.run("print('cold')").await;
+    assert_eq!(cold.stdout, b"cold\n", "{}", describe(&cold));
+    assert!(
+        request.iter().all(|d| d.exists()),
+        "the cold job ran only once the stopped zygote's request was given up"
+    );
+    let asked = asked.await.expect("task").expect("an outcome");
+    assert_eq!(asked.outcome.reason, Reason::Ok, "{}", describe(&asked));
+    assert!(!ran_warm(&asked), "{}", describe(&asked));
+    assert!(
+        daemon.log().contains("the zygote did not answer"),
+        "{}",
+        daemon.log()
+    );
+    assert!(request.iter().all(|d| !d.exists()), "{request:?}");
+    // Given up, and without a job: the stopped zygote is ended.
+    assert!(wait_until(
+        Duration::from_secs(10),
+        || !vivarium_e2e::alive(zygote)
+    ));
+    // A short idle time ends any new zygote; then nothing of either is left.
+    let text = warm_profile(0, 1);
+    std::fs::write(daemon.profiles_dir().join("hot.toml"), text).unwrap();
+    daemon.signal(Signal::SIGHUP);
+    daemon.assert_no_leaks(&before);
+}

@@ -351,6 +351,7 @@ impl Spawner {
                 self.finish(job);
             }
             self.enforce_deadlines();
+            self.expire_fork_requests();
             self.retire_idle_zygotes();
         }
     }
@@ -383,6 +384,8 @@ impl Spawner {
             ToSpawner::Kill { job_id, cause } => {
                 if let Some(job) = self.jobs.iter_mut().find(|j| j.id == job_id) {
                     kill(job, cause);
+                } else if self.kill_asked(job_id, cause) {
+                    // Its zygote has not answered yet: killed once it exists.
                 } else if self.drop_pending(job_id) {
                     // Still waiting for its zygote: it never started.
                     let report = JobReport {
@@ -466,10 +469,6 @@ impl Spawner {
     fn spawn(&mut self, mut plan: JobPlan, fds: Vec<OwnedFd>) -> Result<(), Failure> {
         let fds = match self.route(&mut plan, fds)? {
             zygote::Route::Cold(fds) => fds,
-            zygote::Route::Forked(job) => {
-                self.jobs.push(*job);
-                return Ok(());
-            }
             zygote::Route::Deferred => return Ok(()),
         };
         let [code, stdin, stdout, stderr]: [OwnedFd; 4] = fds.try_into().map_err(|_| Failure {
@@ -707,26 +706,9 @@ impl Spawner {
         } else {
             (None, None)
         };
-        let v1_home = self.cgroups.as_ref().filter(|c| c.version() == Version::V1);
-        if let (Some(_), Some(cgroup)) = (v1_home, cgroup) {
-            // ~0.1 ms for a single-threaded process moving itself, against 10-17 ms for
-            // a parent writing the child's pid (performance.md).
-            if let Err(e) = cgroup.enter_self() {
-                // It may have joined some hierarchies already: go home, or stop.
-                if let Err(home_err) = v1_home.map_or(Ok(()), |h| h.enter_home()) {
-                    eprintln!(
-                        "vivariumd spawner: cannot return to its home cgroup: {}",
-                        error_chain(&home_err)
-                    );
-                    sys::exit_now(1);
-                }
-                return Err(Failure {
-                    step: "cgroup-attach".into(),
-                    detail: error_chain(&e),
-                    errno: 0,
-                });
-            }
-        }
+        // The spawner never leaves its own cgroup: on v2 the child is cloned into the
+        // job's (`CLONE_INTO_CGROUP`), on v1 it moves itself in later (`late`).
+        debug_assert!(cgroup.is_none_or(|c| c.dir_fd().is_some()));
         let weak = &self.config.weakening;
         let unless = |layer: Layer, flag: libc::c_int| if weak.drops(layer) { 0 } else { flag };
         let mut flags = libc::CLONE_NEWUSER
@@ -768,24 +750,6 @@ impl Spawner {
             if let Err(e) = back {
                 // Every later job would share this namespace: fail closed.
                 eprintln!("vivariumd spawner: cannot return to its network namespace: {e}");
-                if let Ok(sys::Forked::Parent { pidfd, .. }) = &forked {
-                    let _ = sys::pidfd_send_signal(pidfd.as_fd(), libc::SIGKILL);
-                }
-                sys::exit_now(1);
-            }
-        }
-        let moved = v1_home.is_some() && cgroup.is_some();
-        if let (Some(home), true, false) =
-            (v1_home, moved, matches!(forked, Ok(sys::Forked::Child)))
-        {
-            // Only the spawner moves back; the child stays in the job's cgroup. A
-            // spawner stuck in a job's cgroup would be killed with that job and charged
-            // for it: fail closed, and let the server (and its supervisor) restart.
-            if let Err(e) = home.enter_home().or_else(|_| home.enter_home()) {
-                eprintln!(
-                    "vivariumd spawner: cannot return to its home cgroup: {}",
-                    error_chain(&e)
-                );
                 if let Ok(sys::Forked::Parent { pidfd, .. }) = &forked {
                     let _ = sys::pidfd_send_signal(pidfd.as_fd(), libc::SIGKILL);
                 }

@@ -9,7 +9,6 @@ use crate::sandbox::plan::JobPlan;
 use crate::sandbox::report::Failure;
 use crate::sandbox::zygote as zy;
 use crate::spawner::link::{self, KillCause};
-use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::socket::{
     recvmsg, sendmsg, socketpair, AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags,
     SockFlag, SockType,
@@ -25,8 +24,9 @@ const MAX_ZYGOTES: usize = 4;
 /// A zygote that failed is not started again for its plan before this.
 const RETRY_AFTER: Duration = Duration::from_secs(10);
 /// How long a zygote may take to answer a fork request (it answers in about a
-/// millisecond; the single-threaded spawner waits meanwhile).
-const FORK_TIMEOUT_MS: u16 = 2000;
+/// millisecond). The spawner does not wait for the answer: it goes on serving other
+/// jobs, and takes the answer from its poll loop.
+const FORK_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a zygote may take to start and preload before it counts as failed (its
 /// waiting requests then start cold).
 const START_TIMEOUT: Duration = Duration::from_secs(60);
@@ -48,15 +48,28 @@ pub(super) struct Zygote {
     /// Requests that came while it was starting: forked when it is ready, started cold
     /// if it fails instead.
     pending: Vec<(JobPlan, Vec<OwnedFd>)>,
+    /// Fork requests sent and not answered yet, oldest first (it answers in order).
+    asked: std::collections::VecDeque<Asked>,
+}
+
+/// A fork request sent to a zygote: what the job needs once the answer comes.
+struct Asked {
+    plan: JobPlan,
+    cgroup: JobCgroup,
+    status: OwnedFd,
+    /// Seccomp filters the job will have (the zygote's and its own), for the report.
+    filters: usize,
+    sent: Instant,
+    /// Killed (cancelled, say) before the answer came: killed as soon as it exists.
+    killed: Option<KillCause>,
 }
 
 /// Where a warm plan's sandbox comes from.
 pub(super) enum Route {
     /// No zygote for it: a cold start.
     Cold(Vec<OwnedFd>),
-    /// Forked from its ready zygote.
-    Forked(Box<Job>),
-    /// Its zygote is starting: the request waits for it.
+    /// Asked of its ready zygote, or waiting for its zygote to start: the job is kept
+    /// (or its failure reported) when the zygote answers.
     Deferred,
 }
 
@@ -88,15 +101,21 @@ impl Zygotes {
         }
     }
 
-    /// When the next idle zygote is due to end, or a starting one to time out.
+    /// When the next idle zygote is due to end, a starting one to time out, or a fork
+    /// request to have been answered.
     pub(super) fn next_idle_deadline(&self) -> Option<Instant> {
+        let answers = self
+            .list
+            .iter()
+            .filter_map(|z| z.asked.front().map(|a| a.sent + FORK_TIMEOUT));
         self.list
             .iter()
             .filter_map(|z| match (z.ready, z.children) {
                 (false, _) => Some(z.started + START_TIMEOUT),
-                (true, 0) => Some(z.last_used + z.idle),
+                (true, 0) if z.asked.is_empty() => Some(z.last_used + z.idle),
                 _ => None,
             })
+            .chain(answers)
             .min()
     }
 }
@@ -162,8 +181,7 @@ impl Spawner {
             self.zygotes.list[i].pending.push((plan.clone(), fds));
             return Ok(Route::Deferred);
         }
-        self.fork_request(i, plan, fds)
-            .map(|j| Route::Forked(Box::new(j)))
+        self.fork_request(i, plan, fds).map(|()| Route::Deferred)
     }
 
     fn fork_request(
@@ -171,7 +189,7 @@ impl Spawner {
         i: usize,
         plan: &mut JobPlan,
         fds: Vec<OwnedFd>,
-    ) -> Result<Job, Failure> {
+    ) -> Result<(), Failure> {
         let [_code, stdin, stdout, stderr]: [OwnedFd; 4] = fds
             .try_into()
             .map_err(|_| failure("link", "spawn needs exactly 4 fds"))?;
@@ -278,17 +296,20 @@ impl Spawner {
             last_used: Instant::now(),
             idle: Duration::from_secs(idle_secs),
             pending: Vec::new(),
+            asked: std::collections::VecDeque::new(),
         });
         Ok(Some(self.zygotes.list.len() - 1))
     }
 
     /// Ask zygote `i` to fork `plan`'s sandbox.
+    /// Ask zygote `i` to fork `plan`'s sandbox: the job's cgroup, then the request. The
+    /// answer comes to `zygote_event`; until then the spawner serves everything else.
     fn fork_from(
         &mut self,
         i: usize,
         plan: &mut JobPlan,
         stdio: [OwnedFd; 3],
-    ) -> Result<Job, Failure> {
+    ) -> Result<(), Failure> {
         let cgroups = self.cgroups.as_ref().expect("checked by route");
         let name = format!("job-{}", plan.job_id);
         let limits = crate::cgroup::Limits {
@@ -306,42 +327,50 @@ impl Spawner {
         let zplan = plan.zygote.take().expect("routed by its zygote plan");
         let filters = zplan.seccomp.len() + zplan.job_seccomp.len();
         plan.seccomp = zplan.job_seccomp;
-        match self.ask_zygote(i, plan, stdio, &cgroup) {
-            Ok((pid, pidfd, status)) => {
+        match self.send_fork(i, plan, stdio, &cgroup) {
+            Ok(status) => {
                 let z = &mut self.zygotes.list[i];
-                z.children += 1;
-                z.last_used = Instant::now();
-                let zygote = Some(z.job_id);
-                let mut job = self.new_job(plan, pid, pidfd, status, Some(cgroup), None, None);
-                job.zygote = zygote;
-                job.report.seccomp_filters = u32::try_from(filters).ok();
-                Ok(job)
+                z.asked.push_back(Asked {
+                    plan: plan.clone(),
+                    cgroup,
+                    status,
+                    filters,
+                    sent: Instant::now(),
+                    killed: None,
+                });
+                Ok(())
             }
             Err((f, broken)) => {
                 let _ = cgroup.kill_all();
                 let _ = cgroup.remove();
                 if broken {
-                    // A zygote that does not answer gets no more requests; it ends once
-                    // its running jobs have (killing it would kill them), and a new one
-                    // is started after RETRY_AFTER.
-                    let z = &mut self.zygotes.list[i];
-                    z.replaced = true;
-                    self.zygotes.failed.insert(z.key, Instant::now());
+                    self.zygote_broken(i);
                 }
                 Err(f)
             }
         }
     }
 
-    fn ask_zygote(
+    /// A zygote that does not answer, or cannot be asked, gets no more requests; it
+    /// ends once its running jobs have (killing it would kill them), and a new one is
+    /// started after RETRY_AFTER.
+    fn zygote_broken(&mut self, i: usize) {
+        let z = &mut self.zygotes.list[i];
+        z.replaced = true;
+        self.zygotes.failed.insert(z.key, Instant::now());
+    }
+
+    /// Send the fork request: the plan, and the job's stdio, status pipe and cgroup
+    /// files. Returns the status pipe's read end. (`true` with an error: the zygote
+    /// itself is broken, not just this request.)
+    fn send_fork(
         &self,
         i: usize,
         plan: &JobPlan,
         stdio: [OwnedFd; 3],
         cgroup: &JobCgroup,
-    ) -> Result<(nix::unistd::Pid, OwnedFd, std::fs::File), (Failure, bool)> {
+    ) -> Result<OwnedFd, (Failure, bool)> {
         let z = &self.zygotes.list[i];
-        // (`true`: the zygote itself is broken, not just this request.)
         let os = |step: &str, e: std::io::Error| {
             let f = Failure {
                 step: step.into(),
@@ -350,10 +379,9 @@ impl Spawner {
             };
             (f, true)
         };
-        let failure = |step: &str, detail: &str| (failure(step, detail), false);
         let attach = cgroup
             .attach_files()
-            .map_err(|e| failure("cgroup-attach", &crate::error_chain(&e)))?;
+            .map_err(|e| (failure("cgroup-attach", crate::error_chain(&e)), false))?;
         let (status_r, status_w) =
             nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| os("pipe", e.into()))?;
         nix::fcntl::fcntl(
@@ -376,28 +404,27 @@ impl Spawner {
             None,
         )
         .map_err(|e| os("zygote-send", e.into()))?;
-        drop((stdio, status_w, attach));
-        let mut fds = [PollFd::new(z.ctl.as_fd(), PollFlags::POLLIN)];
-        match poll(&mut fds, PollTimeout::from(FORK_TIMEOUT_MS)) {
-            Ok(1) => {}
-            Ok(_) => {
-                let (f, _) = failure("zygote-fork", "the zygote did not answer");
-                return Err((f, true));
-            }
-            Err(e) => return Err(os("poll", e.into())),
-        }
+        Ok(status_r)
+    }
+
+    /// Zygote `i`'s answer to its oldest fork request: keep the job, or report why it
+    /// failed. `Err(())`: the zygote ended (the socket's end), which the caller handles.
+    fn take_answer(&mut self, i: usize) -> Result<(), ()> {
         let mut buf = [0u8; 256];
         let mut cmsg = nix::cmsg_space!([RawFd; 1]);
         let mut iov = [IoSliceMut::new(&mut buf)];
-        let reply = recvmsg::<()>(
-            z.ctl.as_raw_fd(),
+        let reply = match recvmsg::<()>(
+            self.zygotes.list[i].ctl.as_raw_fd(),
             &mut iov,
             Some(&mut cmsg),
-            MsgFlags::MSG_CMSG_CLOEXEC,
-        )
-        .map_err(|e| os("zygote-recv", e.into()))?;
+            MsgFlags::MSG_CMSG_CLOEXEC | MsgFlags::MSG_DONTWAIT,
+        ) {
+            Ok(reply) => reply,
+            Err(nix::Error::EAGAIN) | Err(nix::Error::EINTR) => return Ok(()),
+            Err(_) => return Err(()),
+        };
         let mut pidfd = None;
-        for c in reply.cmsgs().map_err(|e| os("zygote-recv", e.into()))? {
+        for c in reply.cmsgs().into_iter().flatten() {
             if let ControlMessageOwned::ScmRights(fds) = c {
                 for fd in fds {
                     // SAFETY: SCM_RIGHTS gave us a fresh fd that nothing else owns.
@@ -408,23 +435,74 @@ impl Spawner {
             }
         }
         let len = reply.bytes;
+        if len == 0 {
+            return Err(());
+        }
         let text = String::from_utf8_lossy(&buf[..len]).into_owned();
-        let Some(pidfd) = pidfd.filter(|_| text == "ok") else {
-            if len == 0 {
-                let (f, _) = failure("zygote-fork", "the zygote ended");
-                return Err((f, true));
-            }
-            // The zygote said why (the request only failed).
-            return Err(failure("zygote-fork", &text));
+        let Some(asked) = self.zygotes.list[i].asked.pop_front() else {
+            // The answer to a request that already timed out (this zygote is being
+            // replaced): its child cannot join the removed cgroup and ends at once.
+            return Ok(());
         };
+        let Asked {
+            plan,
+            cgroup,
+            status,
+            filters,
+            killed,
+            ..
+        } = asked;
+        let Some(pidfd) = pidfd.filter(|_| text == "ok") else {
+            // The zygote said why (the request only failed).
+            let _ = cgroup.kill_all();
+            let _ = cgroup.remove();
+            self.started(plan.job_id, Err(failure("zygote-fork", text)));
+            return Ok(());
+        };
+        let z = &mut self.zygotes.list[i];
+        z.children += 1;
+        z.last_used = Instant::now();
+        let zygote = Some(z.job_id);
         // (Only for the record: a forked job is watched through its pidfd, and the
         // zygote reaps it; a child that already ended has no pid any more.)
-        let pid = pid_of(&pidfd).unwrap_or(0);
-        Ok((
-            nix::unistd::Pid::from_raw(pid),
+        let pid = nix::unistd::Pid::from_raw(pid_of(&pidfd).unwrap_or(0));
+        let mut job = self.new_job(
+            &plan,
+            pid,
             pidfd,
-            std::fs::File::from(status_r),
-        ))
+            std::fs::File::from(status),
+            Some(cgroup),
+            None,
+            None,
+        );
+        job.zygote = zygote;
+        job.report.seccomp_filters = u32::try_from(filters).ok();
+        if let Some(cause) = killed {
+            super::kill(&mut job, cause);
+        }
+        self.started(plan.job_id, Ok(Some(job)));
+        Ok(())
+    }
+
+    /// Fork requests not answered within FORK_TIMEOUT fail (their jobs' stdio went to
+    /// the zygote), and their zygote is broken.
+    pub(super) fn expire_fork_requests(&mut self) {
+        let now = Instant::now();
+        while let Some(i) = (self.zygotes.list.iter()).position(|z| {
+            z.asked
+                .front()
+                .is_some_and(|a| now >= a.sent + FORK_TIMEOUT)
+        }) {
+            self.zygote_broken(i);
+            for asked in std::mem::take(&mut self.zygotes.list[i].asked) {
+                let _ = asked.cgroup.kill_all();
+                let _ = asked.cgroup.remove();
+                self.started(
+                    asked.plan.job_id,
+                    Err(failure("zygote-fork", "the zygote did not answer")),
+                );
+            }
+        }
     }
 
     /// End zygote `i` (its running jobs, in pid namespaces below its own, end with it:
@@ -434,6 +512,15 @@ impl Spawner {
         let z = self.zygotes.list.swap_remove(i);
         if let Some(job) = self.jobs.iter_mut().find(|j| j.id == z.job_id) {
             super::kill(job, KillCause::Shutdown);
+        }
+        // Requests it was asked and did not answer (it ended): their stdio went to it.
+        for asked in z.asked {
+            let _ = asked.cgroup.kill_all();
+            let _ = asked.cgroup.remove();
+            self.started(
+                asked.plan.job_id,
+                Err(failure("zygote-fork", "the zygote ended")),
+            );
         }
         for (plan, fds) in z.pending {
             let id = plan.job_id;
@@ -445,12 +532,20 @@ impl Spawner {
         }
     }
 
-    /// Zygote control sockets that are readable: a zygote saying it is ready, or
-    /// closing (it ended).
+    /// Zygote control sockets that are readable: a zygote saying it is ready, answering
+    /// a fork request, or closing (it ended).
     pub(super) fn zygote_event(&mut self, job_id: u64) {
         let Some(i) = self.zygotes.list.iter().position(|z| z.job_id == job_id) else {
             return;
         };
+        if self.zygotes.list[i].ready {
+            if self.take_answer(i).is_err() {
+                let key = self.zygotes.list[i].key;
+                self.zygotes.failed.insert(key, Instant::now());
+                self.retire_zygote(i);
+            }
+            return;
+        }
         let mut buf = [0u8; 64];
         let n = nix::sys::socket::recv(
             self.zygotes.list[i].ctl.as_raw_fd(),
@@ -458,14 +553,19 @@ impl Spawner {
             MsgFlags::MSG_DONTWAIT,
         );
         match n {
-            Ok(n) if &buf[..n] == b"ready" && !self.zygotes.list[i].ready => {
+            Ok(n) if &buf[..n] == b"ready" => {
                 self.zygotes.list[i].ready = true;
                 let job_id = self.zygotes.list[i].job_id;
                 for (mut plan, fds) in std::mem::take(&mut self.zygotes.list[i].pending) {
                     let id = plan.job_id;
-                    // (A failed fork retires the zygote: look it up each time.)
-                    let started = match self.zygotes.list.iter().position(|z| z.job_id == job_id) {
-                        Some(i) => self.fork_request(i, &mut plan, fds),
+                    // (A failed request may break the zygote: look it up each time.)
+                    let usable =
+                        (self.zygotes.list.iter()).position(|z| z.job_id == job_id && !z.replaced);
+                    let started = match usable {
+                        Some(i) => match self.fork_request(i, &mut plan, fds) {
+                            Ok(()) => continue,
+                            Err(f) => Err(f),
+                        },
                         None => match <[OwnedFd; 4]>::try_from(fds) {
                             Ok(stdio) => self.build_job(plan, stdio, Vec::new()),
                             Err(_) => Err(failure("link", "spawn needs exactly 4 fds")),
@@ -500,6 +600,7 @@ impl Spawner {
             let done = z.ready
                 && z.children == 0
                 && z.pending.is_empty()
+                && z.asked.is_empty()
                 && (z.replaced || now >= z.last_used + z.idle);
             done || (!z.ready && now >= z.started + START_TIMEOUT)
         }) {
@@ -514,6 +615,18 @@ impl Spawner {
             }
             self.retire_zygote(i);
         }
+    }
+
+    /// A job asked of a zygote and not answered yet: it is killed for `cause` as soon
+    /// as it exists (and then reports as killed). Whether there was one.
+    pub(super) fn kill_asked(&mut self, job_id: u64, cause: KillCause) -> bool {
+        for z in &mut self.zygotes.list {
+            if let Some(asked) = z.asked.iter_mut().find(|a| a.plan.job_id == job_id) {
+                asked.killed.get_or_insert(cause);
+                return true;
+            }
+        }
+        false
     }
 
     /// Remove a request still waiting for its zygote; whether there was one.
