@@ -94,14 +94,9 @@ async fn refused_hello_is_a_refusal() {
 #[tokio::test]
 async fn the_hello_is_answered_with_the_first_job() {
     let (_dir, path, daemon) = serve(|mut c| async move {
-        assert!(matches!(c.recv().await, Some(Request::Hello(_))));
+        c.read_hello().await;
         c.submit().await;
-        c.send(Event::HelloAck(vivarium_client::proto::HelloAck {
-            version: vivarium_client::proto::PROTOCOL_VERSION,
-            daemon: "fake/0".into(),
-            peer_uid: 0,
-        }))
-        .await;
+        c.ack_hello().await;
         c.send(Event::Started {
             job_id: 7,
             profile: "default".into(),
@@ -127,7 +122,7 @@ async fn the_hello_is_answered_with_the_first_job() {
 #[tokio::test]
 async fn a_job_behind_a_refused_hello_is_refused_for_it() {
     let (_dir, path, daemon) = serve(|mut c| async move {
-        assert!(matches!(c.recv().await, Some(Request::Hello(_))));
+        c.read_hello().await;
         c.send(refusal(ErrorCode::NotAuthorized)).await;
         // As the daemon does: read what the client sent until it hangs up (closing with
         // unread data would reset the connection before the client reads why).

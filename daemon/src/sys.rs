@@ -345,9 +345,14 @@ pub fn send_with_fds(sock: BorrowedFd<'_>, bytes: &[u8], fds: &[BorrowedFd<'_>])
     Ok(())
 }
 
-/// Receive one datagram into `buf` with up to 8 fds attached (SCM_RIGHTS, close-on-exec).
-/// Returns its length and the fds; a datagram or fd list that did not fit is an error.
-pub fn recv_with_fds(sock: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
+/// Receive one datagram into `buf` with up to 8 fds attached (SCM_RIGHTS, close-on-exec),
+/// with `flags` (`MSG_DONTWAIT`, say). Returns its length (0: end of stream) and the fds;
+/// a datagram or fd list that did not fit is `InvalidData` (its fds are closed).
+pub fn recv_with_fds(
+    sock: BorrowedFd<'_>,
+    buf: &mut [u8],
+    flags: nix::sys::socket::MsgFlags,
+) -> io::Result<(usize, Vec<OwnedFd>)> {
     use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
     let mut cmsg = nix::cmsg_space!([RawFd; 8]);
     let mut iov = [io::IoSliceMut::new(buf)];
@@ -355,7 +360,7 @@ pub fn recv_with_fds(sock: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<(usize,
         sock.as_raw_fd(),
         &mut iov,
         Some(&mut cmsg),
-        MsgFlags::MSG_CMSG_CLOEXEC,
+        MsgFlags::MSG_CMSG_CLOEXEC | flags,
     )?;
     let mut fds = Vec::new();
     for c in msg.cmsgs()? {
@@ -371,7 +376,10 @@ pub fn recv_with_fds(sock: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<(usize,
         .flags
         .intersects(MsgFlags::MSG_TRUNC | MsgFlags::MSG_CTRUNC)
     {
-        return Err(io::Error::other("datagram or its fds truncated"));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "datagram or its fds truncated",
+        ));
     }
     Ok((msg.bytes, fds))
 }

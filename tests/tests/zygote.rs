@@ -21,11 +21,7 @@ async fn outcome(handle: &mut vivarium_e2e::JobHandle<'_>) -> vivarium_e2e::prot
 /// and the job's payload (the init's child), while one job runs.
 fn zygote_family(daemon: &Daemon) -> Option<(i32, i32, i32)> {
     let procs = daemon.job_processes();
-    let python = |pid: i32| {
-        procs
-            .iter()
-            .any(|p| p.pid == pid && p.comm.starts_with("python"))
-    };
+    let python = |pid: i32| is_python(&procs, pid);
     let payload = procs.iter().find(|p| {
         p.comm.starts_with("python")
             && python(p.ppid)
@@ -211,17 +207,19 @@ async fn a_job_that_dies_at_birth_leaves_the_zygote_and_its_jobs_alone() {
     assert!(ran_warm(&next), "{}", describe(&next));
 }
 
+/// Whether `pid` is one of `procs` and an interpreter.
+fn is_python(procs: &[vivarium_e2e::Proc], pid: i32) -> bool {
+    procs
+        .iter()
+        .any(|p| p.pid == pid && p.comm.starts_with("python"))
+}
+
 /// The idle zygote's interpreter: a Python process whose parent is not one.
 fn idle_zygote(daemon: &Daemon) -> Option<i32> {
     let procs = daemon.job_processes();
-    let python = |pid: i32| {
-        procs
-            .iter()
-            .any(|p| p.pid == pid && p.comm.starts_with("python"))
-    };
     let mut zygotes = procs
         .iter()
-        .filter(|p| p.comm.starts_with("python") && !python(p.ppid));
+        .filter(|p| is_python(&procs, p.pid) && !is_python(&procs, p.ppid));
     let zygote = zygotes.next()?.pid;
     zygotes.next().is_none().then_some(zygote)
 }

@@ -92,8 +92,8 @@ unsafe impl GlobalAlloc for Arena {
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         let p = bump(layout);
         if !p.is_null() {
-            // Never handed out before, so already zero unless the mapping was reused;
-            // cleared anyway. SAFETY: `p` is a fresh range of `layout.size()` writable bytes.
+            // Past the bump pointer nothing was ever handed out, so this is zero
+            // already; cleared anyway rather than rest on that. SAFETY: `p` is a fresh range of `layout.size()` writable bytes.
             unsafe { std::ptr::write_bytes(p, 0, layout.size()) };
             return p;
         }

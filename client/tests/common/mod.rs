@@ -30,6 +30,12 @@ impl Conn {
     }
 
     pub async fn hello(&mut self) {
+        self.read_hello().await;
+        self.ack_hello().await;
+    }
+
+    /// Read the client's hello (and check it), without answering.
+    pub async fn read_hello(&mut self) {
         match self.recv().await {
             Some(Request::Hello(h)) => {
                 assert!(h.min_version <= PROTOCOL_VERSION && h.max_version >= PROTOCOL_VERSION);
@@ -37,6 +43,10 @@ impl Conn {
             }
             other => panic!("expected hello, got {other:?}"),
         }
+    }
+
+    /// Answer the hello as `fake/0`.
+    pub async fn ack_hello(&mut self) {
         self.send(Event::HelloAck(HelloAck {
             version: PROTOCOL_VERSION,
             daemon: "fake/0".into(),

@@ -28,6 +28,7 @@ use super::report::{encode, Failure, InitMsg, PayloadMsg, WaitStatus};
 use super::weaken::{self, Layer, Weakening};
 use super::{caps, landlock, mount, rlimit, SetupError};
 use crate::sys;
+use nix::sys::socket::MsgFlags;
 use nix::sys::wait::{waitpid, WaitStatus as NixWait};
 use nix::unistd::{ForkResult, Gid, Pid, Uid};
 use seccompiler::BpfProgram;
@@ -380,19 +381,31 @@ pub(crate) fn supervise(
 /// cgroup. Anything else (`error`, a hang-up) ends the job here: it never runs outside.
 fn join_late_cgroup(sock: &OwnedFd) -> Result<(), SetupError> {
     let mut buf = [0u8; 256];
-    let (n, files) = sys::recv_with_fds(sock.as_fd(), &mut buf)
+    let (n, files) = sys::recv_with_fds(sock.as_fd(), &mut buf, MsgFlags::empty())
         .map_err(|e| SetupError::io("cgroup-attach", "spawner".as_ref(), &e))?;
     let text = String::from_utf8_lossy(&buf[..n]);
-    let name = match text.strip_prefix("ok ") {
-        Some(name) if !files.is_empty() => name,
-        _ => {
-            return Err(SetupError::Other {
-                step: "cgroup-attach",
-                detail: format!("the spawner made no cgroup: {text:?}"),
-            })
-        }
+    let Some(name) = text.strip_prefix("ok ") else {
+        return Err(SetupError::Other {
+            step: "cgroup-attach",
+            detail: format!("the spawner made no cgroup: {text:?}"),
+        });
     };
-    for file in &files {
+    attach_self(&files, name)
+}
+
+/// Move this (single-threaded) process into the job's cgroup `name` by writing `0` to
+/// each of its `files` (`tasks` on v1, `cgroup.procs` on v2, opened by the spawner), then
+/// check that `/proc/self/cgroup` lists `name` in as many hierarchies. Fails closed: no
+/// file, a refused write or a missing hierarchy is an error. Shared by a cold job's init
+/// on v1 and a zygote job's init.
+pub(crate) fn attach_self(files: &[OwnedFd], name: &str) -> Result<(), SetupError> {
+    if files.is_empty() {
+        return Err(SetupError::Other {
+            step: "cgroup-attach",
+            detail: "no cgroup file came with the job".into(),
+        });
+    }
+    for file in files {
         nix::unistd::write(file, b"0").map_err(|e| SetupError::errno("cgroup-attach", e))?;
     }
     let own = format!("/{name}");

@@ -233,25 +233,7 @@ fn prepare(encoded: &mut [u8], attach: &[OwnedFd]) -> Result<(JobPlan, Prepared)
     // The cgroup first, so that everything below is charged to the job; then check that
     // every hierarchy the spawner opened now lists us in the job's cgroup (fail closed:
     // a job never runs in the zygote's).
-    if attach.is_empty() {
-        return Err(SetupError::Other {
-            step: "cgroup-attach",
-            detail: "no cgroup file came with the request".into(),
-        });
-    }
-    for fd in attach {
-        nix::unistd::write(fd, b"0").map_err(|e| SetupError::errno("cgroup-attach", e))?;
-    }
-    let own = format!("/job-{}", plan.job_id);
-    let listed = std::fs::read_to_string("/proc/self/cgroup")
-        .map_err(|e| SetupError::io("cgroup-attach", "/proc/self/cgroup".as_ref(), &e))?;
-    let joined = listed.lines().filter(|l| l.ends_with(own.as_str())).count();
-    if joined < attach.len() {
-        return Err(SetupError::Other {
-            step: "cgroup-attach",
-            detail: format!("in {joined} of {} job cgroups: {listed}", attach.len()),
-        });
-    }
+    super::init::attach_self(attach, &format!("job-{}", plan.job_id))?;
     // The payload's host uid differs from ours, and we stay out of its reach anyway.
     sys::set_dumpable(false).map_err(|e| SetupError::io("dumpable", "/".as_ref(), &e))?;
     let mut flags = CloneFlags::CLONE_NEWNS

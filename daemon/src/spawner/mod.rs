@@ -17,10 +17,10 @@ use crate::{error_chain, sys};
 use link::{FromSpawner, JobReport, KillCause, SpawnerConfig, ToSpawner, LINK_FD, MAX_LINK_FRAME};
 use nix::fcntl::OFlag;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-use nix::sys::socket::{recvmsg, send, ControlMessageOwned, MsgFlags};
+use nix::sys::socket::{send, MsgFlags};
 use nix::unistd::Pid;
-use std::io::{IoSliceMut, Read, Write};
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use vivarium_proto::CgroupVersion;
@@ -156,26 +156,7 @@ fn send_msg(link: &OwnedFd, msg: &FromSpawner) -> std::io::Result<()> {
 /// Receive one link frame and any fds attached to it. `Ok(None)` on EOF.
 fn recv_msg(link: &OwnedFd) -> std::io::Result<Option<(ToSpawner, Vec<OwnedFd>)>> {
     let mut buf = vec![0u8; MAX_LINK_FRAME + 1];
-    let mut cmsg = nix::cmsg_space!([RawFd; 8]);
-    let mut iov = [IoSliceMut::new(&mut buf)];
-    let msg = recvmsg::<()>(
-        link.as_raw_fd(),
-        &mut iov,
-        Some(&mut cmsg),
-        MsgFlags::MSG_CMSG_CLOEXEC,
-    )?;
-    let mut fds = Vec::new();
-    for c in msg.cmsgs()? {
-        if let ControlMessageOwned::ScmRights(raw) = c {
-            // SAFETY: SCM_RIGHTS gave us fresh fds that nothing else owns.
-            #[allow(unsafe_code)]
-            fds.extend(
-                raw.into_iter()
-                    .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
-            );
-        }
-    }
-    let len = msg.bytes;
+    let (len, fds) = sys::recv_with_fds(link.as_fd(), &mut buf, MsgFlags::empty())?;
     if len == 0 {
         return Ok(None);
     }

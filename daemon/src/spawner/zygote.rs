@@ -10,12 +10,11 @@ use crate::sandbox::report::Failure;
 use crate::sandbox::zygote as zy;
 use crate::spawner::link::{self, KillCause};
 use nix::sys::socket::{
-    recvmsg, sendmsg, socketpair, AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags,
-    SockFlag, SockType,
+    sendmsg, socketpair, AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType,
 };
 use std::collections::HashMap;
-use std::io::{IoSlice, IoSliceMut};
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::io::{ErrorKind, IoSlice};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -411,30 +410,15 @@ impl Spawner {
     /// failed. `Err(())`: the zygote ended (the socket's end), which the caller handles.
     fn take_answer(&mut self, i: usize) -> Result<(), ()> {
         let mut buf = [0u8; 256];
-        let mut cmsg = nix::cmsg_space!([RawFd; 1]);
-        let mut iov = [IoSliceMut::new(&mut buf)];
-        let reply = match recvmsg::<()>(
-            self.zygotes.list[i].ctl.as_raw_fd(),
-            &mut iov,
-            Some(&mut cmsg),
-            MsgFlags::MSG_CMSG_CLOEXEC | MsgFlags::MSG_DONTWAIT,
-        ) {
+        let ctl = self.zygotes.list[i].ctl.as_fd();
+        let (len, fds) = match crate::sys::recv_with_fds(ctl, &mut buf, MsgFlags::MSG_DONTWAIT) {
             Ok(reply) => reply,
-            Err(nix::Error::EAGAIN) | Err(nix::Error::EINTR) => return Ok(()),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {
+                return Ok(())
+            }
             Err(_) => return Err(()),
         };
-        let mut pidfd = None;
-        for c in reply.cmsgs().into_iter().flatten() {
-            if let ControlMessageOwned::ScmRights(fds) = c {
-                for fd in fds {
-                    // SAFETY: SCM_RIGHTS gave us a fresh fd that nothing else owns.
-                    #[allow(unsafe_code)]
-                    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-                    pidfd.get_or_insert(owned);
-                }
-            }
-        }
-        let len = reply.bytes;
+        let pidfd = fds.into_iter().next();
         if len == 0 {
             return Err(());
         }
