@@ -138,6 +138,9 @@ pub fn default_profile_with(replacements: &[(&str, &str)]) -> String {
 
 static DAEMONS: AtomicU32 = AtomicU32::new(0);
 
+/// The spawner's bound on mount templates (`spawner/template.rs`).
+const MAX_MOUNT_TEMPLATES: usize = 8;
+
 /// A running `vivariumd`, killed (SIGTERM, then SIGKILL) and cleaned up on drop. Its log
 /// is printed when the test is failing.
 pub struct Daemon {
@@ -500,9 +503,15 @@ impl Daemon {
         let spawner = self.spawner_pid().expect("the spawner is running");
         Snapshot {
             daemon_fds: leaks::fd_count(self.pid()),
-            spawner_fds: leaks::fd_count(spawner),
+            spawner_fds: leaks::spawner_fd_counts(spawner).0,
             mounts: self.suspicious_mounts(),
         }
+    }
+
+    /// Mount templates the spawner holds (a bounded cache, not counted in its fds).
+    pub fn mount_templates(&self) -> usize {
+        self.spawner_pid()
+            .map_or(0, |pid| leaks::spawner_fd_counts(pid).1)
     }
 
     /// Assert that nothing of any job is left: processes, cgroups, mounts, fds, state files.
@@ -512,6 +521,7 @@ impl Daemon {
         let settled = wait_until(Duration::from_secs(5), || {
             after = self.snapshot();
             self.job_processes().is_empty()
+                && self.mount_templates() <= MAX_MOUNT_TEMPLATES
                 && self.cgroup_leftovers().is_empty()
                 && self.state_leftovers().is_empty()
                 && after == *before

@@ -111,6 +111,29 @@ pub fn fd_count(pid: i32) -> usize {
         .unwrap_or(0)
 }
 
+/// The spawner's fds, split into its mount templates (other mount namespaces than its
+/// own: a cache of up to 8, kept across jobs by design, see "Mount templates" in
+/// docs/ARCHITECTURE.md) and everything else.
+pub fn spawner_fd_counts(pid: i32) -> (usize, usize) {
+    let own = std::fs::read_link(format!("/proc/{pid}/ns/mnt")).ok();
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return (0, 0);
+    };
+    let (mut other, mut templates) = (0, 0);
+    for entry in dir.flatten() {
+        let link = std::fs::read_link(entry.path()).ok();
+        let is_mnt = link
+            .as_ref()
+            .is_some_and(|l| l.to_string_lossy().starts_with("mnt:["));
+        if is_mnt && link != own {
+            templates += 1;
+        } else {
+            other += 1;
+        }
+    }
+    (other, templates)
+}
+
 /// The cgroup hierarchies a subtree may live in: the v1 controllers the daemon uses, and
 /// the v2 roots (pure v2 at /sys/fs/cgroup, hybrid at /sys/fs/cgroup/unified).
 fn hierarchies() -> Vec<PathBuf> {

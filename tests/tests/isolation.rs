@@ -3,11 +3,13 @@
 
 use std::collections::BTreeSet;
 use std::net::TcpListener;
+use std::time::Duration;
 
 use serde_json::{json, Value};
 use vivarium_e2e::proto::{CgroupVersion, LandlockStatus, Reason};
 use vivarium_e2e::{
-    describe, evidence, host_cgroup_version, probe, require_root, Daemon, DaemonOpts, Job,
+    default_profile_with, describe, evidence, host_cgroup_version, probe, require_root, wait_until,
+    Daemon, DaemonOpts, Job,
 };
 
 /// Run a probe under the default profile, insisting that it exited 0.
@@ -329,16 +331,20 @@ async fn mount_table_holds_only_the_plan() {
             want.push(optional);
         }
     }
+    // The root comes from the plan's mount template (see "Mount templates" in
+    // docs/ARCHITECTURE.md): its shared part first, with the template's procfs; then the
+    // job's own mounts, its procfs on top of the template's.
     want.extend([
-        "/work",
-        "/tmp",
         "/proc",
-        "/proc/sys/kernel/random/boot_id",
         "/dev/null",
         "/dev/zero",
         "/dev/full",
         "/dev/random",
         "/dev/urandom",
+        "/work",
+        "/tmp",
+        "/proc",
+        "/proc/sys/kernel/random/boot_id",
         "/dev/shm",
     ]);
     assert_eq!(mounts, want);
@@ -360,6 +366,94 @@ async fn mount_table_holds_only_the_plan() {
             assert!(opts.contains(&"ro"), "{mount} is writable: {opts:?}");
         }
     }
+}
+
+/// A cold job's root is a copy of its plan's mount template: owned by the host's root
+/// (the overflow uid inside), read-only, shared by jobs that see nothing of each other;
+/// a replaced host file gets a new template, so the next job sees the new one.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cold_jobs_root_comes_from_a_template_that_follows_the_host() {
+    if !require_root() {
+        return;
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("vivarium-template-")
+        .tempdir_in("/var/tmp") // (/tmp and /work are the sandbox's own)
+        .unwrap();
+    let data = dir.path().join("data");
+    std::fs::write(&data, "first").unwrap();
+    let profile = default_profile_with(&[(
+        "ro_binds_optional",
+        &format!("ro_binds_optional = [\"/etc/ld.so.cache\", {data:?}]"),
+    )]);
+    let daemon = Daemon::start(DaemonOpts::default().profile("default", &profile));
+    let code = format!(
+        r#"
+import json, os
+print(json.dumps({{
+    "root_uid": os.stat("/").st_uid,
+    "etc_uid": os.stat("/etc/passwd").st_uid,
+    "data": open({data:?}).read(),
+    "work": sorted(os.listdir("/work")),
+    "boot_id": open("/proc/sys/kernel/random/boot_id").read(),
+    "procs": sorted(p for p in os.listdir("/proc") if p.isdigit()),
+}}))
+open("/work/left-behind", "w").write("x")
+try:
+    open("/made-by-a-job", "w")
+    print(json.dumps({{"root_write": "ok"}}))
+except OSError as e:
+    print(json.dumps({{"root_write": e.errno}}))
+"#
+    );
+    let run = |code: String| {
+        let daemon = &daemon;
+        async move {
+            let done = daemon.run(&code).await;
+            assert_eq!(done.outcome.reason, Reason::Ok, "{}", describe(&done));
+            let text = String::from_utf8_lossy(&done.stdout).into_owned();
+            let mut lines = text.lines();
+            let seen: Value = serde_json::from_str(lines.next().unwrap()).unwrap();
+            let wrote: Value = serde_json::from_str(lines.next().unwrap()).unwrap();
+            (seen, wrote)
+        }
+    };
+    let (first, wrote) = run(code.clone()).await;
+    assert_eq!(first["root_uid"], 65534, "{first:#}");
+    assert_eq!(first["etc_uid"], 65534, "{first:#}");
+    assert_eq!(first["data"], "first");
+    assert_eq!(first["work"], json!(["main.py"]));
+    assert_eq!(
+        wrote["root_write"],
+        libc::EROFS,
+        "the shared root is read-only"
+    );
+    // Replaced the way ldconfig replaces /etc/ld.so.cache: a new file renamed over it.
+    let fresh = dir.path().join("data.new");
+    std::fs::write(&fresh, "second").unwrap();
+    std::fs::rename(&fresh, &data).unwrap();
+    let (second, _) = run(code).await;
+    assert_eq!(second["data"], "second", "{second:#}");
+    assert_eq!(
+        second["work"],
+        json!(["main.py"]),
+        "a job's /work is its own"
+    );
+    assert_ne!(
+        first["boot_id"], second["boot_id"],
+        "each job has its own masks"
+    );
+    assert_eq!(
+        second["procs"], first["procs"],
+        "only the job's own processes"
+    );
+    // Nothing of the templates (their builders, their mounts) is left on the host.
+    assert_eq!(daemon.suspicious_mounts(), Vec::<String>::new());
+    assert!(
+        wait_until(Duration::from_secs(2), || daemon.job_processes().is_empty()),
+        "{:?}",
+        daemon.job_processes()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

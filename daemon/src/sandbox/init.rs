@@ -96,6 +96,9 @@ pub struct InitArgs<'a> {
     pub plan: &'a JobPlan,
     pub prepared: &'a Prepared,
     pub new_root: PathBuf,
+    /// Cloned from a mount template (`spawner::template`): the read-only root is in
+    /// place (locked), only the job's own mounts are made.
+    pub on_template: bool,
     pub kernel_landlock_abi: u32,
     /// The daemon is an ordinary user: the job's user namespace maps only uid/gid 1000
     /// (to the daemon's own ids), so there is no uid 0 inside to switch to.
@@ -141,6 +144,7 @@ pub fn run(args: InitArgs<'_>) -> ! {
         plan,
         prepared,
         new_root,
+        on_template,
         kernel_landlock_abi,
         rootless,
         weakening,
@@ -156,10 +160,15 @@ pub fn run(args: InitArgs<'_>) -> ! {
         extra: fds.extra,
         attach: fds.attach,
     };
+    // A template is only ever used without a weakening.
+    let root = match on_template && weakening.is_empty() {
+        true => Root::Template,
+        false => Root::Build(new_root),
+    };
     match init(
         plan,
         prepared,
-        new_root,
+        root,
         (kernel_landlock_abi, rootless, weakening),
         fds,
         &status,
@@ -182,10 +191,18 @@ struct ChildFds {
     attach: Option<OwnedFd>,
 }
 
+/// Where a job's root comes from.
+enum Root {
+    /// Built here on a tmpfs mounted on this path (in the job's mount namespace).
+    Build(PathBuf),
+    /// Already in place: this mount namespace is a copy of a mount template.
+    Template,
+}
+
 fn init(
     plan: &JobPlan,
     prepared: &Prepared,
-    new_root: PathBuf,
+    root: Root,
     (kernel_landlock_abi, rootless, weakening): (u32, bool, &Weakening),
     mut fds: ChildFds,
     status: &std::fs::File,
@@ -208,7 +225,9 @@ fn init(
 
     // 2. Step onto a scratch mount while our filesystem uid is still the daemon's;
     //    then become root of the job's user namespace, build the root, pivot.
-    mount::enter_anchor(&new_root)?;
+    if let Root::Build(new_root) = &root {
+        mount::enter_anchor(new_root)?;
+    }
     if !rootless {
         nix::unistd::setgroups(&[]).map_err(|e| SetupError::errno("setgroups", e))?;
         nix::unistd::setresgid(Gid::from_raw(0), Gid::from_raw(0), Gid::from_raw(0))
@@ -237,15 +256,20 @@ fn init(
     }
     drop(sync);
     let owner = (SANDBOX_UID, SANDBOX_GID);
-    mount::enter_root()?;
-    if weakening.is_empty() {
-        mount::populate(&plan.mounts, owner)?;
-    } else {
-        let steps = weaken::before_populate(weakening, &plan.mounts)?;
-        mount::populate(&steps, owner)?;
-        weaken::after_populate(weakening, &plan.mounts)?;
+    match root {
+        Root::Template => mount::populate_fresh(&plan.mounts, owner, mount::FreshProc::Template)?,
+        Root::Build(_) => {
+            mount::enter_root()?;
+            if weakening.is_empty() {
+                mount::populate(&plan.mounts, owner)?;
+            } else {
+                let steps = weaken::before_populate(weakening, &plan.mounts)?;
+                mount::populate(&steps, owner)?;
+                weaken::after_populate(weakening, &plan.mounts)?;
+            }
+            mount::pivot()?;
+        }
     }
-    mount::pivot()?;
 
     // 2b. cgroup v1: into the job's cgroup, which the spawner made while we built the
     //     root; only then the cgroup namespace, rooted there. (v2: cloned into it, with

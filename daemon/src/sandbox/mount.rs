@@ -67,6 +67,37 @@ pub(super) fn bind_ro(source: &Path, target: &Path, extra: MsFlags) -> Result<()
     mount(NONE, target, NONE, flags, NONE).map_err(|e| SetupError::nix("remount-ro", target, e))
 }
 
+fn bind_step(new_root: &Path, step: &MountStep) -> Result<(), SetupError> {
+    let MountStep::BindRo { source, path } = step else {
+        unreachable!("bind_step takes a BindRo step");
+    };
+    let target = at(new_root, path);
+    if source.is_dir() {
+        mkdir_p(&target)?;
+    } else {
+        placeholder_file(&target)?;
+    }
+    bind_ro(source, &target, MsFlags::MS_NODEV)
+}
+
+/// A template is built as the host's root, where a non-recursive bind of a directory
+/// with mounts beneath it succeeds and shows what those mounts cover on the host. In a
+/// job's user namespace the same bind fails (`bind_error`): refuse it here too, so the
+/// job is built on the spot and gets that error rather than more than the host shows.
+fn refuse_covered(source: &Path) -> Result<(), SetupError> {
+    let dir = std::fs::canonicalize(source).map_err(|e| SetupError::io("bind", source, &e))?;
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")
+        .map_err(|e| SetupError::io("read", "/proc/self/mountinfo".as_ref(), &e))?;
+    let below = mounts_beneath(&mountinfo, &dir);
+    if below.is_empty() {
+        return Ok(());
+    }
+    Err(SetupError::Other {
+        step: "template",
+        detail: format!("mounts beneath {} ({})", source.display(), below.join(", ")),
+    })
+}
+
 /// A non-recursive bind fails with EINVAL when a mount beneath the source is locked (in a
 /// user namespace, every inherited mount is): the bind would uncover what it covers. Say
 /// which mounts, and the usual cause: systemd's `ProtectKernelModules=` mounts over
@@ -193,19 +224,38 @@ pub fn enter_root() -> Result<(), SetupError> {
 /// Execute the mount plan in the new root (the working directory), then make the root
 /// read-only. `owner` (uid, gid inside) owns the writable tmpfs mounts.
 pub fn populate(steps: &[MountStep], owner: (u32, u32)) -> Result<(), SetupError> {
+    populate_as(steps, owner, Build::Job)
+}
+
+/// What `populate_as` builds: a job's whole root, or a mount template's shared part.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Build {
+    Job,
+    Template,
+}
+
+fn populate_as(steps: &[MountStep], owner: (u32, u32), build: Build) -> Result<(), SetupError> {
     let new_root = Path::new(".");
     let mut masks = 0;
     for step in steps {
         match step {
-            MountStep::BindRo { source, path } => {
-                let target = at(new_root, path);
-                if source.is_dir() {
-                    mkdir_p(&target)?;
-                } else {
-                    placeholder_file(&target)?;
-                }
-                bind_ro(source, &target, MsFlags::MS_NODEV)?;
+            // A template leaves each job's own mounts to the job (`populate_fresh`):
+            // their mount points only, and a procfs that lets the job mount its own.
+            MountStep::Tmpfs { path, .. } if build == Build::Template => {
+                mkdir_p(&at(new_root, path))?;
             }
+            MountStep::Mask { .. } if build == Build::Template => {}
+            MountStep::BindRo { source, .. } if build == Build::Template && source.is_dir() => {
+                refuse_covered(source)?;
+                bind_step(new_root, step)?;
+            }
+            MountStep::BindRw { path, .. } if build == Build::Template => {
+                return Err(SetupError::Other {
+                    step: "template",
+                    detail: format!("{} is a writable bind: not for a template", path.display()),
+                });
+            }
+            MountStep::BindRo { .. } => bind_step(new_root, step)?,
             MountStep::BindRw { source, path } => {
                 let target = at(new_root, path);
                 mkdir_p(&target)?;
@@ -263,7 +313,10 @@ pub fn populate(steps: &[MountStep], owner: (u32, u32)) -> Result<(), SetupError
             MountStep::Proc { path } => {
                 let target = at(new_root, path);
                 mkdir_p(&target)?;
-                proc(&target)?;
+                match build {
+                    Build::Job => proc(&target)?,
+                    Build::Template => template_proc(&target)?,
+                }
             }
             MountStep::Dir { path } => mkdir_p(&at(new_root, path))?,
             MountStep::Mask { path, contents } => {
@@ -297,6 +350,43 @@ pub fn populate(steps: &[MountStep], owner: (u32, u32)) -> Result<(), SetupError
     .map_err(|e| SetupError::nix("remount-root-ro", new_root, e))
 }
 
+/// A mount template (see `sandbox::template`): as host root, in a mount namespace of its
+/// own, make the root tmpfs on `new_root`, execute the plan's shared steps in it (binds,
+/// files, devices, symlinks; empty mount points for the tmpfs mounts; a procfs of the
+/// builder's own pid namespace, so that a job may mount its own procfs there), make it
+/// read-only and pivot into it: the namespace then holds nothing but the job's root.
+pub fn build_template(new_root: &Path, steps: &[MountStep]) -> Result<(), SetupError> {
+    mount(NONE, "/", NONE, MsFlags::MS_REC | MsFlags::MS_PRIVATE, NONE)
+        .map_err(|e| SetupError::nix("make-rprivate", Path::new("/"), e))?;
+    tmpfs(new_root, 1 << 20, 256, 0o755, MsFlags::empty())?;
+    chdir(new_root).map_err(|e| SetupError::nix("chdir", new_root, e))?;
+    populate_as(steps, (0, 0), Build::Template)?;
+    pivot()
+}
+
+/// The template's procfs: covered by each job's own, and what lets a job mount one (a
+/// new procfs needs a fully visible one in the mount namespace, with the same
+/// nosuid/nodev/noexec flags, which the job's copy has locked).
+fn template_proc(target: &Path) -> Result<(), SetupError> {
+    mount(
+        Some("proc"),
+        target,
+        Some("proc"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        NONE,
+    )
+    .map_err(|e| SetupError::nix("proc", target, e))
+}
+
+/// Whose procfs a fresh job mount namespace has at the `Proc` step's path.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum FreshProc {
+    /// A zygote's (same user namespace, nothing locked): replaced.
+    Zygote,
+    /// A mount template's (locked in the job's copy): covered.
+    Template,
+}
+
 /// A job forked from a zygote: the zygote's read-only root is already in place (the
 /// binds, files, devices and symlinks of `steps`; empty directories where `steps` has
 /// tmpfs mounts, see `sandbox::zygote::zygote_plan`); only the per-job mounts are made,
@@ -305,7 +395,15 @@ pub fn populate(steps: &[MountStep], owner: (u32, u32)) -> Result<(), SetupError
 /// the place of the zygote's (detached), and the masks over it. A mask's source file is
 /// written to the first fresh tmpfs, bound, and unlinked (the bind keeps it alive). The
 /// caller's cwd must not matter (it is moved to `/`).
-pub fn populate_fresh(steps: &[MountStep], owner: (u32, u32)) -> Result<(), SetupError> {
+///
+/// A cold job cloned from a mount template (`FreshProc::Template`) does the same in its
+/// copy of the template, where every mount is locked: its procfs goes on top of the
+/// template's instead of replacing it.
+pub fn populate_fresh(
+    steps: &[MountStep],
+    owner: (u32, u32),
+    under: FreshProc,
+) -> Result<(), SetupError> {
     chdir("/").map_err(|e| SetupError::nix("chdir", Path::new("/"), e))?;
     let detach = |path: &Path| {
         umount2(path, MntFlags::MNT_DETACH).map_err(|e| SetupError::nix("umount", path, e))
@@ -322,6 +420,7 @@ pub fn populate_fresh(steps: &[MountStep], owner: (u32, u32)) -> Result<(), Setu
                 scratch_tmpfs(path, (*size, *inodes, *mode), owner)?;
                 scratch.get_or_insert(path);
             }
+            MountStep::Proc { path } if under == FreshProc::Template => proc(path)?,
             MountStep::Proc { path } => {
                 // A new procfs is allowed only while a fully visible one is mounted in
                 // this namespace (the zygote's): mount it aside, detach the zygote's

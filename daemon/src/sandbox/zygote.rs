@@ -244,7 +244,11 @@ fn prepare(encoded: &mut [u8], attach: &[OwnedFd]) -> Result<(JobPlan, Prepared)
         flags |= CloneFlags::CLONE_NEWNET;
     }
     nix::sched::unshare(flags).map_err(|e| SetupError::errno("unshare", e))?;
-    mount::populate_fresh(&plan.mounts, (SANDBOX_UID, SANDBOX_GID))?;
+    mount::populate_fresh(
+        &plan.mounts,
+        (SANDBOX_UID, SANDBOX_GID),
+        mount::FreshProc::Zygote,
+    )?;
     nix::unistd::sethostname(&plan.hostname).map_err(|e| SetupError::errno("sethostname", e))?;
     rlimit::apply(&plan.rlimits)?;
     Ok((plan, prepared))

@@ -6,6 +6,7 @@
 //! and the deadlines (wall clock, and CPU time sampled from the job's cgroup).
 
 pub mod link;
+mod template;
 mod zygote;
 
 use crate::cgroup::{Cgroups, JobCgroup, Limits, Version};
@@ -70,6 +71,7 @@ struct Spawner {
     free_slots: Vec<u32>,
     zygotes: zygote::Zygotes,
     net: SpareNet,
+    templates: template::Templates,
 }
 
 /// A fresh, empty network namespace made ahead of the next job, off its critical path
@@ -116,6 +118,19 @@ impl SpareNet {
             Err(_) => self.host = None,
         }
     }
+}
+
+/// The failure an init that is gone reported on its status pipe, if any.
+fn init_failure(status: &std::fs::File) -> Option<Failure> {
+    let mut buf = Vec::new();
+    // Init is reaped and the spawner holds no write end: this reads to EOF.
+    let _ = (&*status).read_to_end(&mut buf);
+    decode_all::<InitMsg>(&mut buf)
+        .into_iter()
+        .find_map(|msg| match msg {
+            InitMsg::Failed(f) => Some(f),
+            _ => None,
+        })
 }
 
 fn open_ns(path: &str) -> std::io::Result<OwnedFd> {
@@ -231,6 +246,10 @@ fn run(link: OwnedFd) -> Result<(), String> {
         free_slots: (0..config.max_jobs).rev().collect(),
         zygotes: zygote::Zygotes::new(),
         net: SpareNet::new(config.rootless),
+        templates: template::Templates::new(
+            !config.rootless && config.weakening.is_empty(),
+            config.state_dir.join("root"),
+        ),
         config,
         cgroups,
         landlock_abi,
@@ -522,7 +541,9 @@ impl Spawner {
                             let _ = sys::pidfd_send_signal(pidfd.as_fd(), libc::SIGKILL);
                             let _ = nix::sys::wait::waitpid(pid, None);
                             self.free_slots.push(slot);
-                            return Err(f);
+                            // Init may have failed first (a bind refused at once): its
+                            // report is the cause; the hand-off only found it gone.
+                            return Err(init_failure(&status).unwrap_or(f));
                         }
                     },
                 };
@@ -719,7 +740,20 @@ impl Spawner {
                 }
             }
         }
+        // The job's mount namespace as a copy of its plan's template (see `template`);
+        // the spawner is in the template's namespace only around the clone3.
+        let on_template = !plan.is_zygote && self.templates.enter(plan);
         let forked = sys::clone3(flags, cgroup.and_then(|c| c.dir_fd()));
+        if on_template && !matches!(forked, Ok(sys::Forked::Child)) {
+            if let Err(e) = self.templates.leave() {
+                // Every later job would be cloned from the template's copy: fail closed.
+                eprintln!("vivariumd spawner: cannot return to its mount namespace: {e}");
+                if let Ok(sys::Forked::Parent { pidfd, .. }) = &forked {
+                    let _ = sys::pidfd_send_signal(pidfd.as_fd(), libc::SIGKILL);
+                }
+                sys::exit_now(1);
+            }
+        }
         if in_spare && !matches!(forked, Ok(sys::Forked::Child)) {
             let back = self
                 .net
@@ -742,6 +776,7 @@ impl Spawner {
                 plan,
                 prepared,
                 new_root: self.config.state_dir.join("root"),
+                on_template,
                 kernel_landlock_abi: self.landlock_abi,
                 rootless: self.config.rootless,
                 weakening: &self.config.weakening,

@@ -108,9 +108,12 @@ fn normalize(v: &Value) -> Value {
 fn comparable(mut v: Value, forked: bool) -> Value {
     if let (true, Value::Object(o)) = (ZYGOTE, &mut v) {
         // A forked job's fresh mounts replace the zygote's: same mounts, listed in
-        // another order (the mount table lists by age).
+        // another order (the mount table lists by age). A cold job's table also lists
+        // its mount template's procfs, locked under its own (a forked job's replaced
+        // the zygote's): the same mount points.
         if let Some(Value::Array(mounts)) = o.get_mut("mounts") {
             mounts.sort_by_key(|m| m.to_string());
+            mounts.dedup();
         }
         for key in ["uid_map", "gid_map"] {
             if let (Some(map), true) = (o.remove(key), forked) {
