@@ -183,6 +183,66 @@ pub fn lock_securebits() -> io::Result<()> {
 
 /// Exit immediately without running atexit handlers or flushing stdio buffers that
 /// belong to the parent's copy of the address space.
+/// Run `child` in a new process that shares the caller's memory until it calls execve
+/// or exits: `clone(CLONE_VM | CLONE_VFORK)` on a stack of its own, as glibc's
+/// posix_spawn does. The caller is suspended meanwhile. Unlike fork, no page tables are
+/// copied, nothing is copied on write, and the exec has no copy to tear down. Returns
+/// the child's pid once it has exec'd or exited.
+///
+/// `child` runs on the caller's memory, so it must end in execve or [`exit_now`] and
+/// must not drop or move anything the caller owns (it may allocate and free its own).
+/// The caller must be single-threaded and have no signal handler that could run in the
+/// child before its exec (the spawner and the job's init install none; Rust's stack
+/// overflow handler only resets itself). Credentials, capabilities, Landlock, seccomp,
+/// the fd table and the working directory are the child's own (no CLONE_FILES, CLONE_FS
+/// or CLONE_THREAD).
+pub fn vfork_run(child: &mut dyn FnMut() -> std::convert::Infallible) -> io::Result<libc::pid_t> {
+    const STACK: usize = 1 << 20;
+    const GUARD: usize = 64 << 10;
+    #[allow(unreachable_code)] // (`child` never returns)
+    extern "C" fn trampoline(arg: *mut libc::c_void) -> libc::c_int {
+        // SAFETY: `arg` is the `&mut dyn FnMut` below, alive while the caller waits.
+        #[allow(unsafe_code)]
+        let child = unsafe { &mut *(arg as *mut &mut dyn FnMut() -> std::convert::Infallible) };
+        match child() {}
+    }
+    // SAFETY: a private anonymous mapping of our own, unmapped below; its lowest pages
+    // are a guard, so an overflow faults instead of writing over the caller's memory.
+    #[allow(unsafe_code)]
+    unsafe {
+        let stack = libc::mmap(
+            std::ptr::null_mut(),
+            STACK,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+            -1,
+            0,
+        );
+        if stack == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let guarded = libc::mprotect(stack, GUARD, libc::PROT_NONE);
+        let mut obj: &mut dyn FnMut() -> std::convert::Infallible = child;
+        let pid = if guarded == 0 {
+            libc::clone(
+                trampoline,
+                stack.cast::<u8>().add(STACK).cast(),
+                libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+                (&mut obj as *mut &mut dyn FnMut() -> std::convert::Infallible).cast(),
+            )
+        } else {
+            -1
+        };
+        let err = io::Error::last_os_error();
+        libc::munmap(stack, STACK);
+        if pid < 0 {
+            Err(err)
+        } else {
+            Ok(pid)
+        }
+    }
+}
+
 pub fn exit_now(code: i32) -> ! {
     // SAFETY: _exit never returns and touches no Rust state.
     unsafe { libc::_exit(code) }
@@ -382,4 +442,36 @@ pub fn recv_with_fds(
         ));
     }
     Ok((msg.bytes, fds))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The child runs on the caller's memory, and the caller waits until it has exec'd
+    /// or exited; its fd table is its own.
+    #[test]
+    fn vfork_run_shares_memory_until_the_child_is_gone() {
+        let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
+        let seen = std::cell::Cell::new(0u32);
+        let mut child = || {
+            seen.set(7);
+            // Closing in the child leaves the caller's copy open.
+            let _ = nix::unistd::close(r.as_raw_fd());
+            exit_now(3)
+        };
+        let pid = vfork_run(&mut child).unwrap();
+        assert_eq!(
+            seen.get(),
+            7,
+            "the caller resumed before the child was done"
+        );
+        nix::unistd::write(&w, b"x").expect("the caller's read end is still open");
+        let status = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None).unwrap();
+        assert_eq!(
+            status,
+            nix::sys::wait::WaitStatus::Exited(nix::unistd::Pid::from_raw(pid), 3)
+        );
+        drop(r);
+    }
 }

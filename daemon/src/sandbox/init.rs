@@ -9,8 +9,9 @@
 //!    cgroup v1 it then moves itself into the job's cgroup, which the spawner made
 //!    meanwhile, and makes its cgroup namespace (v2: cloned into both).
 //! 3. hostname, the script, rlimits: still need ns-root or are inherited by the payload.
-//! 4. init forks the payload and stays as reaper: a pid namespace dies with its init,
-//!    so when the payload ends, everything it left behind is killed by the kernel.
+//! 4. init starts the payload (a vfork-style clone: it runs on init's memory until its
+//!    execve, see `sys::vfork_run`) and stays as reaper: a pid namespace dies with its
+//!    init, so when the payload ends, everything it left behind is killed by the kernel.
 //! 5. payload: setsid, stdio, every other fd close-on-exec, cwd.
 //! 6. drop bounding/ambient/inheritable caps while CAP_SETPCAP is still held, lock
 //!    securebits, then setgroups/setresgid/setresuid to the unprivileged ids (this
@@ -30,7 +31,7 @@ use super::{caps, landlock, mount, rlimit, SetupError};
 use crate::sys;
 use nix::sys::socket::MsgFlags;
 use nix::sys::wait::{waitpid, WaitStatus as NixWait};
-use nix::unistd::{ForkResult, Gid, Pid, Uid};
+use nix::unistd::{Gid, Pid, Uid};
 use seccompiler::BpfProgram;
 use std::ffi::CString;
 use std::io::{Read, Write};
@@ -311,25 +312,22 @@ fn init(
         exec_w = high(&exec_w)?;
         fds.extra = fds.extra.iter().map(high).collect::<Result<_, _>>()?;
     }
-    // SAFETY: init is single-threaded (it is a clone of the single-threaded spawner),
-    // so the child may keep running Rust code after fork.
-    #[allow(unsafe_code)]
-    let fork = unsafe { nix::unistd::fork() }.map_err(|e| SetupError::errno("fork", e))?;
-    let payload = match fork {
-        ForkResult::Child => {
-            drop(exec_r);
-            let stdio = [fds.stdin, fds.stdout, fds.stderr];
-            let layers = (kernel_landlock_abi, rootless, weakening);
-            let err = match payload(&stdio, &fds.extra, plan, prepared, layers, &exec_w) {
-                Ok(never) => match never {},
-                Err(e) => e,
-            };
-            let msg = encode(&PayloadMsg::Failed(Failure::from(&err)));
-            let _ = std::fs::File::from(exec_w).write_all(&msg);
-            sys::exit_now(127);
-        }
-        ForkResult::Parent { child } => child,
+    // The payload runs on init's memory until its execve (see `sys::vfork_run`): it only
+    // borrows what init owns and ends in execve or `exit_now`.
+    let stdio = [fds.stdin.as_fd(), fds.stdout.as_fd(), fds.stderr.as_fd()];
+    let layers = (kernel_landlock_abi, rootless, weakening);
+    let mut child = || {
+        let err = match payload(&stdio, &fds.extra, plan, prepared, layers, &exec_w) {
+            Ok(never) => match never {},
+            Err(e) => e,
+        };
+        let msg = encode(&PayloadMsg::Failed(Failure::from(&err)));
+        let _ = nix::unistd::write(&exec_w, &msg);
+        sys::exit_now(127)
     };
+    let payload = Pid::from_raw(
+        sys::vfork_run(&mut child).map_err(|e| SetupError::io("clone", "payload".as_ref(), &e))?,
+    );
     // The payload has the only copies of stdio that matter: EOF reaches the server
     // as soon as the job's processes are gone.
     drop((fds.stdin, fds.stdout, fds.stderr, fds.extra, exec_w));
@@ -472,7 +470,7 @@ fn reap_until(payload: Pid) -> WaitStatus {
 
 /// The payload's half of the setup order (steps 5 to 8). Returns only on failure.
 fn payload(
-    stdio: &[OwnedFd; 3],
+    stdio: &[std::os::fd::BorrowedFd<'_>; 3],
     extra: &[OwnedFd],
     plan: &JobPlan,
     prepared: &Prepared,
