@@ -95,9 +95,13 @@ impl Counters {
             if len == buf.len() {
                 buf.resize(len * 2, 0);
             }
-            match file.read_at(&mut buf[len..], len as u64).map_err(err)? {
-                0 => break,
-                n => len += n,
+            let want = buf.len() - len;
+            let n = file.read_at(&mut buf[len..], len as u64).map_err(err)?;
+            len += n;
+            // A cgroup file is a seq_file, which fills the buffer while it has text:
+            // a short read is the end (one pread for a counter, not two).
+            if n < want {
+                break;
             }
         }
         buf.truncate(len);

@@ -72,6 +72,8 @@ struct Spawner {
     zygotes: zygote::Zygotes,
     net: SpareNet,
     templates: template::Templates,
+    /// Where link frames are received (`MAX_LINK_FRAME + 1` bytes).
+    recv_buf: Vec<u8>,
 }
 
 /// A fresh, empty network namespace made ahead of the next job, off its critical path
@@ -168,10 +170,14 @@ fn send_msg(link: &OwnedFd, msg: &FromSpawner) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Receive one link frame and any fds attached to it. `Ok(None)` on EOF.
-fn recv_msg(link: &OwnedFd) -> std::io::Result<Option<(ToSpawner, Vec<OwnedFd>)>> {
-    let mut buf = vec![0u8; MAX_LINK_FRAME + 1];
-    let (len, fds) = sys::recv_with_fds(link.as_fd(), &mut buf, MsgFlags::empty())?;
+/// Receive one link frame and any fds attached to it into `buf` (`MAX_LINK_FRAME + 1`
+/// bytes, kept across calls: a fresh one per frame was a 256 KiB mmap, zeroed and
+/// faulted in, before every job's clone). `Ok(None)` on EOF.
+fn recv_msg(
+    link: &OwnedFd,
+    buf: &mut [u8],
+) -> std::io::Result<Option<(ToSpawner, Vec<OwnedFd>)>> {
+    let (len, fds) = sys::recv_with_fds(link.as_fd(), buf, MsgFlags::empty())?;
     if len == 0 {
         return Ok(None);
     }
@@ -185,7 +191,8 @@ fn recv_msg(link: &OwnedFd) -> std::io::Result<Option<(ToSpawner, Vec<OwnedFd>)>
 }
 
 fn run(link: OwnedFd) -> Result<(), String> {
-    let config = match recv_msg(&link).map_err(|e| e.to_string())? {
+    let mut recv_buf = vec![0u8; MAX_LINK_FRAME + 1];
+    let config = match recv_msg(&link, &mut recv_buf).map_err(|e| e.to_string())? {
         Some((ToSpawner::Init(c), _)) => c,
         _ => return Err("expected Init on the link".into()),
     };
@@ -254,6 +261,7 @@ fn run(link: OwnedFd) -> Result<(), String> {
         cgroups,
         landlock_abi,
         jobs: Vec::new(),
+        recv_buf,
     };
     spawner.serve()
 }
@@ -320,7 +328,7 @@ impl Spawner {
             // applied before that job's end is handled. (A `Spawn` appends a job, which
             // this round's `ready` does not cover.)
             if ready[0] {
-                match recv_msg(&self.link) {
+                match recv_msg(&self.link, &mut self.recv_buf) {
                     Ok(Some((msg, fds))) => {
                         if !self.handle(msg, fds) {
                             return Ok(());
