@@ -2,8 +2,11 @@
 """Vivarium's start-up and throughput benchmark, side by side in one run.
 
 Latency: every round runs each launcher once, in a rotating order, so machine drift and
-order effects hit all of them alike; each launcher runs the same interpreter with the same
-flags (`/usr/bin/python3 -I -S`, never a PATH shim):
+order effects hit all of them alike, with a pause after each launch (`--settle-ms`, 100 by
+default) so that its asynchronous aftermath (namespaces torn down after the outcome, a warm
+pool's refill: a numpy sandbox is ~50 ms of CPU) does not land on the next launcher; each
+launcher runs the same interpreter with the same flags (`/usr/bin/python3 -I -S`, never a
+PATH shim):
   bare     /usr/bin/python3 -I -S -c pass
   bwrap    Debian's bubblewrap: all namespaces, read-only /usr, /proc, /dev, /tmp, no caps
   viv      `viv run` of a file holding `pass` (the CLI process included), fully sandboxed
@@ -313,6 +316,8 @@ def main():
     ap.add_argument("--seconds", type=float, default=10.0, help="per throughput measurement")
     ap.add_argument("--target", default=os.path.join(ROOT, "target", "release"))
     ap.add_argument("--write", metavar="MD", help="also write the results as Markdown")
+    ap.add_argument("--settle-ms", type=float, default=100.0,
+                    help="pause after each latency launch (0: back to back)")
     ap.add_argument("--pool", type=int, default=4, help="warm sandboxes kept by the warm profile")
     ap.add_argument("--no-numpy", action="store_true",
                     help="skip the numpy rows (they install numpy from PyPI with the pinned uv)")
@@ -426,6 +431,7 @@ def main():
             k = i % len(launchers)
             for name, _, f in launchers[k:] + launchers[:k]:
                 times[name].append(f())
+                time.sleep(args.settle_ms / 1000)
         for l in (lib, warm, zyg, zyg0):
             l.close()
         if numpy:
@@ -458,7 +464,8 @@ def main():
         shutil.rmtree(tmp, ignore_errors=True)
 
     lines = [f"Machine: {machine()}; viv {linkage(viv)}ally linked",
-             f"Latency: {args.runs} rounds, launchers interleaved in rotating order.", "",
+             f"Latency: {args.runs} rounds, launchers interleaved in rotating order, "
+             f"{args.settle_ms:g} ms of settling after each launch.", "",
              "| launcher | median ms | p90 ms | p99 ms | ratio of medians | median paired ratio |",
              "|---|---:|---:|---:|---:|---:|"]
     lines += [f"| {l} | {m:.2f} | {p90:.2f} | {p99:.2f} | {r:.2f}x | {pr:.2f}x |"
