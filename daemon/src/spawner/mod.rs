@@ -173,10 +173,7 @@ fn send_msg(link: &OwnedFd, msg: &FromSpawner) -> std::io::Result<()> {
 /// Receive one link frame and any fds attached to it into `buf` (`MAX_LINK_FRAME + 1`
 /// bytes, kept across calls: a fresh one per frame was a 256 KiB mmap, zeroed and
 /// faulted in, before every job's clone). `Ok(None)` on EOF.
-fn recv_msg(
-    link: &OwnedFd,
-    buf: &mut [u8],
-) -> std::io::Result<Option<(ToSpawner, Vec<OwnedFd>)>> {
+fn recv_msg(link: &OwnedFd, buf: &mut [u8]) -> std::io::Result<Option<(ToSpawner, Vec<OwnedFd>)>> {
     let (len, fds) = sys::recv_with_fds(link.as_fd(), buf, MsgFlags::empty())?;
     if len == 0 {
         return Ok(None);
