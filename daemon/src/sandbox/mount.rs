@@ -67,19 +67,6 @@ pub(super) fn bind_ro(source: &Path, target: &Path, extra: MsFlags) -> Result<()
     mount(NONE, target, NONE, flags, NONE).map_err(|e| SetupError::nix("remount-ro", target, e))
 }
 
-fn bind_step(new_root: &Path, step: &MountStep) -> Result<(), SetupError> {
-    let MountStep::BindRo { source, path } = step else {
-        unreachable!("bind_step takes a BindRo step");
-    };
-    let target = at(new_root, path);
-    if source.is_dir() {
-        mkdir_p(&target)?;
-    } else {
-        placeholder_file(&target)?;
-    }
-    bind_ro(source, &target, MsFlags::MS_NODEV)
-}
-
 /// A template is built as the host's root, where a non-recursive bind of a directory
 /// with mounts beneath it succeeds and shows what those mounts cover on the host. In a
 /// job's user namespace the same bind fails (`bind_error`): refuse it here too, so the
@@ -205,11 +192,20 @@ fn placeholder_file(path: &Path) -> Result<(), SetupError> {
 /// the real root in it; it exists only in this mount namespace and is detached with the
 /// old root at pivot time.
 pub fn enter_anchor(new_root: &Path) -> Result<(), SetupError> {
-    // Nothing below may propagate to the host's mounts.
+    enter_private_tmpfs(new_root, (64 << 10, 16, 0o777), MsFlags::MS_NOEXEC)
+}
+
+/// Make every mount of this namespace private (nothing below may propagate to the
+/// host's), mount a tmpfs on `dir` and step into it.
+fn enter_private_tmpfs(
+    dir: &Path,
+    (size, inodes, mode): (u64, u64, u32),
+    flags: MsFlags,
+) -> Result<(), SetupError> {
     mount(NONE, "/", NONE, MsFlags::MS_REC | MsFlags::MS_PRIVATE, NONE)
         .map_err(|e| SetupError::nix("make-rprivate", Path::new("/"), e))?;
-    tmpfs(new_root, 64 << 10, 16, 0o777, MsFlags::MS_NOEXEC)?;
-    chdir(new_root).map_err(|e| SetupError::nix("chdir", new_root, e))
+    tmpfs(dir, size, inodes, mode, flags)?;
+    chdir(dir).map_err(|e| SetupError::nix("chdir", dir, e))
 }
 
 /// As uid 0 inside: make the job's root tmpfs (owned by that uid) in the anchor and
@@ -245,17 +241,25 @@ fn populate_as(steps: &[MountStep], owner: (u32, u32), build: Build) -> Result<(
                 mkdir_p(&at(new_root, path))?;
             }
             MountStep::Mask { .. } if build == Build::Template => {}
-            MountStep::BindRo { source, .. } if build == Build::Template && source.is_dir() => {
-                refuse_covered(source)?;
-                bind_step(new_root, step)?;
-            }
+
             MountStep::BindRw { path, .. } if build == Build::Template => {
                 return Err(SetupError::Other {
                     step: "template",
                     detail: format!("{} is a writable bind: not for a template", path.display()),
                 });
             }
-            MountStep::BindRo { .. } => bind_step(new_root, step)?,
+            MountStep::BindRo { source, path } => {
+                let target = at(new_root, path);
+                if source.is_dir() {
+                    if build == Build::Template {
+                        refuse_covered(source)?;
+                    }
+                    mkdir_p(&target)?;
+                } else {
+                    placeholder_file(&target)?;
+                }
+                bind_ro(source, &target, MsFlags::MS_NODEV)?;
+            }
             MountStep::BindRw { source, path } => {
                 let target = at(new_root, path);
                 mkdir_p(&target)?;
@@ -313,10 +317,7 @@ fn populate_as(steps: &[MountStep], owner: (u32, u32), build: Build) -> Result<(
             MountStep::Proc { path } => {
                 let target = at(new_root, path);
                 mkdir_p(&target)?;
-                match build {
-                    Build::Job => proc(&target)?,
-                    Build::Template => template_proc(&target)?,
-                }
+                proc(&target)?;
             }
             MountStep::Dir { path } => mkdir_p(&at(new_root, path))?,
             MountStep::Mask { path, contents } => {
@@ -353,29 +354,13 @@ fn populate_as(steps: &[MountStep], owner: (u32, u32), build: Build) -> Result<(
 /// A mount template (see `sandbox::template`): as host root, in a mount namespace of its
 /// own, make the root tmpfs on `new_root`, execute the plan's shared steps in it (binds,
 /// files, devices, symlinks; empty mount points for the tmpfs mounts; a procfs of the
-/// builder's own pid namespace, so that a job may mount its own procfs there), make it
-/// read-only and pivot into it: the namespace then holds nothing but the job's root.
+/// builder's own pid namespace: a new procfs needs a fully visible one in the mount
+/// namespace with the same nosuid/nodev/noexec flags, which the job's copy has locked),
+/// make it read-only and pivot into it: the namespace then holds nothing but the root.
 pub fn build_template(new_root: &Path, steps: &[MountStep]) -> Result<(), SetupError> {
-    mount(NONE, "/", NONE, MsFlags::MS_REC | MsFlags::MS_PRIVATE, NONE)
-        .map_err(|e| SetupError::nix("make-rprivate", Path::new("/"), e))?;
-    tmpfs(new_root, 1 << 20, 256, 0o755, MsFlags::empty())?;
-    chdir(new_root).map_err(|e| SetupError::nix("chdir", new_root, e))?;
+    enter_private_tmpfs(new_root, (1 << 20, 256, 0o755), MsFlags::empty())?;
     populate_as(steps, (0, 0), Build::Template)?;
     pivot()
-}
-
-/// The template's procfs: covered by each job's own, and what lets a job mount one (a
-/// new procfs needs a fully visible one in the mount namespace, with the same
-/// nosuid/nodev/noexec flags, which the job's copy has locked).
-fn template_proc(target: &Path) -> Result<(), SetupError> {
-    mount(
-        Some("proc"),
-        target,
-        Some("proc"),
-        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
-        NONE,
-    )
-    .map_err(|e| SetupError::nix("proc", target, e))
 }
 
 /// Whose procfs a fresh job mount namespace has at the `Proc` step's path.
