@@ -17,12 +17,9 @@ import os
 import shutil
 import signal
 import statistics
-import subprocess
-import sys
 import tempfile
-import time
 
-from common import pct, timed
+from common import pct, start_daemon, timed
 from perf import PY, FLAGS, Library, bench_profiles, bwrap_cmd
 
 
@@ -45,20 +42,9 @@ def main():
             os.chmod(tmp, 0o755)
             tmps.append(tmp)
             prof, _ = bench_profiles(tmp)
-            sock, cfg = os.path.join(tmp, "d.sock"), os.path.join(tmp, "d.toml")
-            with open(cfg, "w") as f:
-                f.write(f'socket = "{sock}"\nprofiles_dir = "{prof}"\nstate_dir = "{tmp}/state"\n'
-                        f'cgroup_subtree = "vivarium-ab-{name}-{os.getpid()}"\nmax_concurrent_jobs = 16\n')
-            d = subprocess.Popen([os.path.join(target, "vivariumd"), "--config", cfg],
-                                 stderr=open(os.path.join(tmp, "d.log"), "w"),
-                                 env={**os.environ, "VIVARIUM_LOG": "warn"})
+            d, sock = start_daemon(os.path.join(target, "vivariumd"), tmp, prof,
+                                   f"vivarium-ab-{name}-{os.getpid()}", "max_concurrent_jobs = 16\n")
             daemons.append(d)
-            for _ in range(200):
-                if os.path.exists(sock):
-                    break
-                time.sleep(0.05)
-            else:
-                sys.exit(f"the {name} daemon did not come up")
             script = os.path.join(tmp, "pass.py")
             with open(script, "w") as f:
                 f.write("pass\n")

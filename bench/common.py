@@ -1,4 +1,5 @@
 """Helpers shared by the benchmarks in bench/ (run by hand, not in CI)."""
+import os
 import subprocess
 import sys
 import time
@@ -18,3 +19,21 @@ def timed(cmd, env=None):
     if r.returncode != 0:
         sys.exit(f"{cmd} failed ({r.returncode}): {r.stderr.decode()[-800:]}")
     return dt
+
+
+def start_daemon(vivariumd, tmp, profiles, subtree, extra=""):
+    """Start `vivariumd` with its config, socket, state and log in `tmp` and wait (up to
+    10 s) for its socket. Returns the process and the socket's path."""
+    sock, cfg, log = (os.path.join(tmp, n) for n in ("d.sock", "d.toml", "d.log"))
+    with open(cfg, "w") as f:
+        f.write(f'socket = "{sock}"\nprofiles_dir = "{profiles}"\nstate_dir = "{tmp}/state"\n'
+                f'cgroup_subtree = "{subtree}"\n{extra}')
+    d = subprocess.Popen([vivariumd, "--config", cfg], stderr=open(log, "w"),
+                         env={**os.environ, "VIVARIUM_LOG": "warn"})
+    for _ in range(200):
+        if os.path.exists(sock):
+            return d, sock
+        time.sleep(0.05)
+    d.kill()
+    d.wait()
+    sys.exit(f"{vivariumd} did not come up (see {log})")

@@ -38,7 +38,7 @@ import tempfile
 import threading
 import time
 
-from common import pct, timed
+from common import pct, start_daemon, timed
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY = "/usr/bin/python3"
@@ -348,8 +348,6 @@ def main():
             f.write(text + f"\n[warm]\nzygote = true\npool = {args.pool}\nidle_secs = 600\n")
         with open(os.path.join(prof, "benchzyg0.toml"), "w") as f:
             f.write(text + "\n[warm]\nzygote = true\npool = 0\nidle_secs = 600\n")
-        sock = os.path.join(tmp, "d.sock")
-        cfg = os.path.join(tmp, "d.toml")
         numpy = not args.no_numpy
         if numpy and not os.path.exists(args.uv):
             sys.exit(f"{args.uv} missing: run scripts/install-uv.sh, or pass --no-numpy")
@@ -371,19 +369,9 @@ def main():
             subprocess.run([args.uv, "venv", "-q", "--python", PY, venv], check=True)
             subprocess.run([args.uv, "pip", "install", "-q", "--python", f"{venv}/bin/python",
                             "--compile-bytecode", "numpy"], check=True)
-        with open(cfg, "w") as f:
-            f.write(f'socket = "{sock}"\nprofiles_dir = "{prof}"\nstate_dir = "{tmp}/state"\n'
-                    f'cgroup_subtree = "vivarium-bench-{os.getpid()}"\nmax_concurrent_jobs = 16\n'
-                    f'uv = "{args.uv}"\npackage_cache_dir = "{tmp}/cache"\n')
-        log = open(os.path.join(tmp, "d.log"), "w")
-        d = subprocess.Popen([daemon, "--config", cfg], stderr=log,
-                             env={**os.environ, "VIVARIUM_LOG": "warn"})
-        for _ in range(200):
-            if os.path.exists(sock):
-                break
-            time.sleep(0.05)
-        else:
-            sys.exit("the daemon did not come up")
+        d, sock = start_daemon(daemon, tmp, prof, f"vivarium-bench-{os.getpid()}",
+                               f'max_concurrent_jobs = 16\nuv = "{args.uv}"\n'
+                               f'package_cache_dir = "{tmp}/cache"\n')
         script = os.path.join(tmp, "pass.py")
         with open(script, "w") as f:
             f.write("pass\n")

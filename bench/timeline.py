@@ -19,11 +19,11 @@ import shutil
 import signal
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from collections import defaultdict
 
+from common import start_daemon
 from perf import ROOT, Library, bench_profiles
 
 MARKERS = ("connect,sendmsg,recvmsg,clone3,setgroups,mount,sethostname,clone,landlock_create_ruleset,seccomp,"
@@ -49,21 +49,10 @@ def main():
     os.chmod(tmp, 0o755)
     trace = os.path.join(tmp, "trace")
     prof, _ = bench_profiles(tmp)
-    sock, cfg = os.path.join(tmp, "d.sock"), os.path.join(tmp, "d.toml")
-    with open(cfg, "w") as f:
-        f.write(f'socket = "{sock}"\nprofiles_dir = "{prof}"\nstate_dir = "{tmp}/state"\n'
-                f'cgroup_subtree = "vivarium-timeline-{os.getpid()}"\n')
-    daemon = subprocess.Popen([os.path.join(args.target, "vivariumd"), "--config", cfg],
-                              stderr=open(os.path.join(tmp, "d.log"), "w"),
-                              env={**os.environ, "VIVARIUM_LOG": "warn"})
+    daemon, sock = start_daemon(os.path.join(args.target, "vivariumd"), tmp, prof,
+                                f"vivarium-timeline-{os.getpid()}")
     lib = None
     try:
-        for _ in range(200):
-            if os.path.exists(sock):
-                break
-            time.sleep(0.05)
-        else:
-            sys.exit("the daemon did not come up")
         lib = Library(os.path.join(args.target, "examples", "bench_client"), sock, "bench")
         for _ in range(10):
             lib()
