@@ -181,8 +181,6 @@ pub fn lock_securebits() -> io::Result<()> {
     )
 }
 
-/// Exit immediately without running atexit handlers or flushing stdio buffers that
-/// belong to the parent's copy of the address space.
 /// Run `child` in a new process that shares the caller's memory until it calls execve
 /// or exits: `clone(CLONE_VM | CLONE_VFORK)` on a stack of its own, as glibc's
 /// posix_spawn does. The caller is suspended meanwhile. Unlike fork, no page tables are
@@ -243,6 +241,34 @@ pub fn vfork_run(child: &mut dyn FnMut() -> std::convert::Infallible) -> io::Res
     }
 }
 
+/// `fork(2)` through glibc (its fork handlers run, and the child's thread descriptor
+/// gets its own tid, which a raw `clone` would leave at the parent's: `raise` in the
+/// child would signal the parent). `Ok(Some(child))` in the parent, `Ok(None)` in the
+/// child. For the zygote and the job's init it forks, both single-threaded: the zygote
+/// checks that it has one thread before it serves.
+pub fn fork() -> io::Result<Option<libc::pid_t>> {
+    // SAFETY: the callers are single-threaded, so the child's copy holds no lock that a
+    // thread missing from it took; both sides go on with memory each owns.
+    match unsafe { libc::fork() } {
+        -1 => Err(io::Error::last_os_error()),
+        0 => Ok(None),
+        child => Ok(Some(child)),
+    }
+}
+
+/// In a child forked from the zygote's interpreter: SIGCHLD back to its default action
+/// (the interpreter's handler would run in a process that no longer runs Python), then
+/// every signal unblocked (the zygote blocks SIGCHLD around each fork).
+pub fn reset_sigchld_and_mask() -> io::Result<()> {
+    use nix::sys::signal::{sigprocmask, SigHandler, SigSet, SigmaskHow, Signal};
+    // SAFETY: SIG_DFL installs no handler, so no code of ours can run on a signal.
+    unsafe { nix::sys::signal::signal(Signal::SIGCHLD, SigHandler::SigDfl) }?;
+    sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None)?;
+    Ok(())
+}
+
+/// Exit immediately without running atexit handlers or flushing stdio buffers that
+/// belong to the parent's copy of the address space.
 pub fn exit_now(code: i32) -> ! {
     // SAFETY: _exit never returns and touches no Rust state.
     unsafe { libc::_exit(code) }

@@ -8,25 +8,24 @@
 //! and the profile's preloads, never a job's code, and holds no secret (a job is a
 //! copy of it). For each job it gets a plan and fds on its control socket, and:
 //!
-//! 1. the zygote: `unshare(CLONE_NEWPID)` then fork, so the child is pid 1 of a pid
-//!    namespace of its own; it sends the child's pidfd to the spawner. The child is the
-//!    job's init ([`job_prepare`], then [`job_init`]):
+//! 1. the zygote ([`fork_job`], one call from its interpreter): `unshare(CLONE_NEWPID)`
+//!    then fork, so the child is pid 1 of a pid namespace of its own; it sends the
+//!    child's pidfd to the spawner. The child is the job's init, and runs no Python:
 //! 2. init moves itself into the job's cgroup (writing `0` to the `tasks`/`cgroup.procs`
 //!    files the spawner opened: a single-threaded process moving itself is the cheap
 //!    attach), makes itself non-dumpable, unshares mount, network, IPC, UTS and cgroup
 //!    namespaces, mounts the job's fresh tmpfs mounts, procfs and masks over the
 //!    zygote's, sets the hostname and the rlimits, then forks the payload and stays as
 //!    its reaper (the same code as a cold job's init: [`super::init::supervise`]).
-//! 3. the payload ([`job_payload`]) unshares a user namespace of its own, whose maps
+//! 3. the payload (init's fork, the only copy that returns to the interpreter) unshares a user namespace of its own, whose maps
 //!    init writes (uid and gid 1000 to the zygote namespace's 1000: the payload's host
 //!    uid is not init's), then the same steps as a cold payload: setsid, stdio, every
 //!    other fd closed, cwd, capabilities and ids, no_new_privs, Landlock, seccomp. Then
 //!    it returns to the interpreter, which reads the job from stdin as a warm sandbox
 //!    does.
 //!
-//! These functions run in the zygote's forked children, called through the zygote
-//! library (crate `vivarium-zygote`); they are here so that the job's setup is the same
-//! code as a cold job's.
+//! [`fork_job`] is called through the zygote library (crate `vivarium-zygote`); it is
+//! here so that the job's setup is the same code as a cold job's.
 
 use super::init::{drop_privileges, supervise, Prepared};
 use super::plan::{JobPlan, MountStep, SANDBOX_GID, SANDBOX_UID, WARM_BOOTSTRAP};
@@ -108,7 +107,7 @@ pub fn zygote_plan(warm: &JobPlan, job_id: u64) -> JobPlan {
     plan
 }
 
-/// What init keeps between [`job_prepare`] and the fork of the payload.
+/// What init hands to itself and to the payload across the payload's fork.
 struct JobState {
     plan: JobPlan,
     prepared: Prepared,
@@ -122,17 +121,6 @@ struct JobState {
     exec: (OwnedFd, OwnedFd),
 }
 
-static STATE: Mutex<Option<JobState>> = Mutex::new(None);
-
-/// What [`job_prepare`] left (each of init and payload has its own copy); exits if
-/// there is none (called out of order).
-fn take_state() -> JobState {
-    match STATE.lock().unwrap_or_else(|p| p.into_inner()).take() {
-        Some(state) => state,
-        None => sys::exit_now(122),
-    }
-}
-
 fn fail(status: &std::fs::File, e: &SetupError) -> ! {
     let mut w = status;
     let _ = w.write_all(&encode(&InitMsg::Failed(Failure::from(e))));
@@ -143,11 +131,55 @@ fn pipe() -> Result<(OwnedFd, OwnedFd), SetupError> {
     nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| SetupError::errno("pipe", e))
 }
 
+/// What [`fork_job`] returned in this process.
+pub enum Forked {
+    /// The zygote: the job's init has this pid.
+    Zygote(libc::pid_t),
+    /// The job's payload, every layer in place: the interpreter runs the job.
+    Payload,
+}
+
+/// In the zygote, for each request: fork the job's init into a new pid namespace
+/// (step 1). Returns the init's pid in the zygote, and returns in the payload once its
+/// setup is done; init's own copy never returns (steps 2 and 3: [`job_prepare`], the
+/// payload's fork, [`job_init`]). Init runs no Python: whatever the interpreter did in
+/// it wrote to pages it shares with the zygote, each first write a page copy.
+///
+/// `plan` is as for [`job_prepare`]; `in_init` is called first thing in init, before
+/// its first allocation, and returns the job's fds (as for [`job_prepare`]): the
+/// zygote library switches its arena on there, and owns the fds from then on (the
+/// zygote closes its own copies). An `Err` is the zygote's: no child exists.
+pub fn fork_job(
+    plan: &mut [u8],
+    in_init: impl FnOnce() -> Vec<OwnedFd>,
+) -> std::io::Result<Forked> {
+    new_pid_namespace()?;
+    if let Some(init) = sys::fork()? {
+        return Ok(Forked::Zygote(init));
+    }
+    // The job's init, pid 1 of the new pid namespace.
+    if sys::reset_sigchld_and_mask().is_err() {
+        sys::exit_now(122);
+    }
+    let state = job_prepare(plan, in_init());
+    match sys::fork() {
+        Ok(Some(payload)) => job_init(state, payload),
+        Ok(None) => {
+            job_payload(state);
+            Ok(Forked::Payload)
+        }
+        Err(e) => fail(
+            &state.status,
+            &SetupError::io("fork", "payload".as_ref(), &e),
+        ),
+    }
+}
+
 /// In the zygote, before each fork: the next child is pid 1 of a new pid namespace.
 /// (`unshare(CLONE_NEWPID)` is refused while the namespace for children already differs
 /// from the caller's own, as it does after the previous job's: it is reset first, with
 /// `setns` to the zygote's own pid namespace.)
-pub fn new_pid_namespace() -> std::io::Result<()> {
+fn new_pid_namespace() -> std::io::Result<()> {
     let mut own = OWN_PID_NS.lock().unwrap_or_else(|p| p.into_inner());
     let fd = match own.as_ref() {
         Some(fd) => fd,
@@ -163,9 +195,9 @@ static OWN_PID_NS: Mutex<Option<OwnedFd>> = Mutex::new(None);
 /// Step 2, in the job's init (the zygote's fresh child). `plan`: the job's encoded plan,
 /// cleared once decoded (the buffer is the zygote's request buffer: nothing of the plan
 /// stays in memory the payload inherits). `fds`: the job's stdin, stdout and stderr,
-/// the status pipe's write end, then the cgroup files to write `0` to. Returns on
-/// success; on failure reports `Failed` on the status pipe and exits.
-pub fn job_prepare(plan: &mut [u8], fds: Vec<OwnedFd>) {
+/// the status pipe's write end, then the cgroup files to write `0` to. On failure
+/// reports `Failed` on the status pipe and exits.
+fn job_prepare(plan: &mut [u8], fds: Vec<OwnedFd>) -> JobState {
     std::panic::set_hook(Box::new(|_| sys::exit_now(123)));
     // Nothing of the zygote's stays open in the job.
     drop(OWN_PID_NS.lock().unwrap_or_else(|p| p.into_inner()).take());
@@ -178,7 +210,8 @@ pub fn job_prepare(plan: &mut [u8], fds: Vec<OwnedFd>) {
     let status = std::fs::File::from(status);
     let attach: Vec<OwnedFd> = fds.collect();
     // Only the job's fds stay open (and 0-2, the zygote's /dev/null and the daemon's
-    // log, so that no new fd takes those numbers): nothing else the zygote holds.
+    // log, so that no new fd takes those numbers): nothing else the zygote holds, its
+    // control socket (fd 3) included.
     let keep: Vec<u32> = [&stdin, &stdout, &stderr]
         .into_iter()
         .chain(&attach)
@@ -195,26 +228,21 @@ pub fn job_prepare(plan: &mut [u8], fds: Vec<OwnedFd>) {
             },
         );
     }
-    match prepare(plan, &attach) {
-        Ok((plan, prepared)) => {
-            let state = (|| {
-                Ok::<_, SetupError>(JobState {
-                    plan,
-                    prepared,
-                    status: status
-                        .try_clone()
-                        .map_err(|e| SetupError::io("dup", "status".as_ref(), &e))?,
-                    stdio: [stdin, stdout, stderr],
-                    userns: pipe()?,
-                    mapped: pipe()?,
-                    exec: pipe()?,
-                })
-            })();
-            match state {
-                Ok(s) => *STATE.lock().unwrap_or_else(|p| p.into_inner()) = Some(s),
-                Err(e) => fail(&status, &e),
-            }
-        }
+    let state = prepare(plan, &attach).and_then(|(plan, prepared)| {
+        Ok(JobState {
+            plan,
+            prepared,
+            status: status
+                .try_clone()
+                .map_err(|e| SetupError::io("dup", "status".as_ref(), &e))?,
+            stdio: [stdin, stdout, stderr],
+            userns: pipe()?,
+            mapped: pipe()?,
+            exec: pipe()?,
+        })
+    });
+    match state {
+        Ok(state) => state,
         Err(e) => fail(&status, &e),
     }
 }
@@ -254,10 +282,9 @@ fn prepare(encoded: &mut [u8], attach: &[OwnedFd]) -> Result<(JobPlan, Prepared)
     Ok((plan, prepared))
 }
 
-/// Step 2, continued, in init once the interpreter has forked the payload (`payload`,
-/// pid 2): write the payload's maps, then supervise it like a cold job's init. Never
-/// returns.
-pub fn job_init(payload: i32) -> ! {
+/// Step 2, continued, in init once it has forked the payload (`payload`, pid 2): write
+/// the payload's maps, then supervise it like a cold job's init. Never returns.
+fn job_init(state: JobState, payload: i32) -> ! {
     let JobState {
         status,
         stdio,
@@ -265,7 +292,7 @@ pub fn job_init(payload: i32) -> ! {
         mapped: (mapped_r, mapped_w),
         exec: (exec_r, exec_w),
         ..
-    } = take_state();
+    } = state;
     drop((stdio, userns_w, mapped_r, exec_w));
     let payload = Pid::from_raw(payload);
     let mut byte = [0u8; 1];
@@ -298,7 +325,7 @@ pub fn job_init(payload: i32) -> ! {
 
 /// Step 3, in the payload (init's fork). Returns when every layer is in place; on
 /// failure reports it to init and exits.
-pub fn job_payload() {
+fn job_payload(state: JobState) {
     let JobState {
         plan,
         prepared,
@@ -307,7 +334,7 @@ pub fn job_payload() {
         userns: (userns_r, userns_w),
         mapped: (mapped_r, mapped_w),
         exec: (exec_r, exec_w),
-    } = take_state();
+    } = state;
     drop((status, userns_r, mapped_w, exec_r));
     match payload(&plan, &prepared, stdio, userns_w, mapped_r, &exec_w) {
         Ok(()) => {}

@@ -10,17 +10,18 @@ def _vivarium_zygote_main():
 
     lib = ctypes.PyDLL("/proc/self/fd/4")
     os.close(4)
-    lib.vivarium_zygote_new_pid_ns.restype = ctypes.c_int
-    lib.vivarium_zygote_job_prepare.argtypes = [
-        ctypes.c_void_p,
-        ctypes.c_size_t,
-        ctypes.c_void_p,
-        ctypes.c_size_t,
-    ]
-    lib.vivarium_zygote_job_prepare.restype = None
-    lib.vivarium_zygote_job_init.argtypes = [ctypes.c_int]
-    lib.vivarium_zygote_job_init.restype = None
-    lib.vivarium_zygote_job_payload.restype = None
+    fork_job = lib.vivarium_zygote_fork_job
+    fork_job.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t]
+    fork_job.restype = ctypes.c_int
+    # What os.fork does around its fork(), for the fork the library makes: the import
+    # lock and the before-fork hooks, the parent's after-fork hooks, and in the job's
+    # payload (the one copy that runs Python again) the interpreter's own after-fork
+    # repairs and the child hooks (`random` reseeds itself there).
+    api = ctypes.pythonapi
+    before_fork, after_parent, after_child = (
+        api.PyOS_BeforeFork, api.PyOS_AfterFork_Parent, api.PyOS_AfterFork_Child)
+    for f in (before_fork, after_parent, after_child):
+        f.argtypes, f.restype = [], None
 
     _vivarium_preload()
     # The compiler's first use costs every job ~2 ms if it happens after the fork.
@@ -80,12 +81,13 @@ def _vivarium_zygote_main():
                 raise OSError("request truncated (fds or bytes)")
             for i, fd in enumerate(fds):
                 fd_array[i] = fd
-            err = lib.vivarium_zygote_new_pid_ns()
-            if err:
-                raise OSError(err, "unshare(CLONE_NEWPID)")
-            pid = os.fork()
+            before_fork()
+            pid = fork_job(plan, n, fd_array, len(fds))
             if pid == 0:
-                _vivarium_zygote_child(lib, plan, n, fd_array, len(fds), added)
+                _vivarium_zygote_payload(after_child, added)
+            after_parent()
+            if pid < 0:
+                raise OSError(-pid, "fork of the job's init")
             pidfd = os.pidfd_open(pid)
             try:
                 socket.send_fds(ctl, [b"ok"], [pidfd])
@@ -100,23 +102,16 @@ def _vivarium_zygote_main():
             _signal.pthread_sigmask(_signal.SIG_UNBLOCK, sigchld)
 
 
-def _vivarium_zygote_child(lib, plan, n, fd_array, nfds, added):
-    # The job's init (pid 1 of its own pid namespace) until the next fork.
+def _vivarium_zygote_payload(after_child, added):
+    # The job's payload: the library has forked the job's init, init has forked this
+    # process, and every layer is in place.
     try:
+        after_child()
         import _signal
 
+        # (init gave SIGCHLD its default action and unblocked every signal; this tells
+        # the interpreter, whose handler it was.)
         _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
-        _signal.pthread_sigmask(_signal.SIG_SETMASK, ())
-        os.close(3)  # the control socket (its socket object is the zygote's, unused here)
-        # Takes the fds, and clears the plan's bytes once it has decoded them.
-        lib.vivarium_zygote_job_prepare(plan, n, fd_array, nfds)
-        del plan, fd_array
-        pid = os.fork()
-        if pid:
-            lib.vivarium_zygote_job_init(pid)  # never returns
-            os._exit(122)
-        # The payload: every layer in place when this returns.
-        lib.vivarium_zygote_job_payload()
         for var in added:
             os.environ.pop(var, None)
         # Generators seeded in the zygote would give every job the same numbers: the
@@ -124,7 +119,7 @@ def _vivarium_zygote_child(lib, plan, n, fd_array, nfds, added):
         np_random = sys.modules.get("numpy.random")
         if np_random is not None:
             np_random.seed()
-        del lib, added, np_random
+        del added, np_random
         os.write(2, b"\0")
         _vivarium_run()
     except BaseException:
