@@ -7,10 +7,17 @@ and a client-library job, in a rotating order, so machine drift (a busy 2-core m
 especially) falls on all of them alike. Ratios are to bare: ratio of medians and median
 of per-round ratios.
 
+With `--throughput SECONDS`, rounds of throughput follow (`--rounds`, each build's turn
+rotating): bare interpreter starts and each build's zygote jobs (its own profile `benchzyg0`,
+a sandbox forked per job, and `benchzyg`, a pool of 4) at `--clients` concurrent clients
+for SECONDS each, with the machine's CPU time per job (from /proc/stat: every process, the
+daemon, kernel threads and the benchmark's own clients included).
+
 Usage (as root; keep the "before" binaries somewhere first, e.g. by copying
-target/release/{vivariumd,viv} and target/release/examples/bench_client to /tmp/before,
-same layout):
+target/release/{vivariumd,viv,libvivarium_zygote.so} and target/release/examples/bench_client
+to /tmp/before, same layout):
   python3 bench/ab.py --build before=/tmp/before --build after=target/release [--runs 200] [--bwrap]
+      [--throughput 5 --rounds 3 --clients 2]
 """
 import argparse
 import os
@@ -18,9 +25,26 @@ import shutil
 import signal
 import statistics
 import tempfile
+import time
 
 from common import pct, start_daemon, timed
-from perf import PY, FLAGS, Library, bench_profiles, bwrap_cmd
+from perf import (PY, FLAGS, Library, bare_throughput, bench_profiles, bwrap_cmd,
+                  library_throughput, warm_profiles)
+
+
+def busy_seconds():
+    """CPU time the whole machine has spent busy (not idle or waiting on I/O), in s."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def measured(run):
+    """Run `run` (returns jobs/s over its own span); jobs/s and the machine's busy CPU ms per job."""
+    t0, c0 = time.monotonic(), busy_seconds()
+    rate = run()
+    span, cpu = time.monotonic() - t0, busy_seconds() - c0
+    return rate, cpu * 1000 / max(1.0, rate * span)
 
 
 def main():
@@ -29,11 +53,15 @@ def main():
                     help="a directory holding vivariumd, viv and examples/bench_client (repeatable)")
     ap.add_argument("--runs", type=int, default=200)
     ap.add_argument("--bwrap", action="store_true", help="also time bubblewrap")
+    ap.add_argument("--throughput", type=float, metavar="SECONDS",
+                    help="then throughput rounds of SECONDS per cell: bare and each build's zygote")
+    ap.add_argument("--rounds", type=int, default=3, help="throughput rounds")
+    ap.add_argument("--clients", type=int, default=2, help="concurrent clients in throughput")
     args = ap.parse_args()
     launchers = [("bare", lambda: timed([PY, *FLAGS, "-c", "pass"]))]
     if args.bwrap:
         launchers.append(("bwrap", lambda: timed(bwrap_cmd("pass"))))
-    daemons, tmps, libs = [], [], []
+    daemons, tmps, libs, cells = [], [], [], [("bare", lambda: bare_throughput(args.clients, args.throughput))]
     try:
         for spec in args.build:
             name, target = spec.split("=", 1)
@@ -41,7 +69,8 @@ def main():
             tmp = tempfile.mkdtemp(prefix=f"vivarium-ab-{name}-")
             os.chmod(tmp, 0o755)
             tmps.append(tmp)
-            prof, _ = bench_profiles(tmp)
+            prof, text = bench_profiles(tmp)
+            warm_profiles(prof, text, 4)
             d, sock = start_daemon(os.path.join(target, "vivariumd"), tmp, prof,
                                    f"vivarium-ab-{name}-{os.getpid()}", "max_concurrent_jobs = 16\n")
             daemons.append(d)
@@ -54,6 +83,10 @@ def main():
             lib = Library(os.path.join(target, "examples", "bench_client"), sock, "bench")
             libs.append(lib)
             launchers.append((f"library {name}", lib))
+            exe = os.path.join(target, "examples", "bench_client")
+            for profile in ("benchzyg0", "benchzyg"):
+                cells.append((f"{profile} {name}", lambda exe=exe, sock=sock, profile=profile:
+                              library_throughput(exe, sock, profile, args.clients, args.throughput)))
         for _ in range(10):
             for _, f in launchers:
                 f()
@@ -62,6 +95,11 @@ def main():
             k = i % len(launchers)
             for name, f in launchers[k:] + launchers[:k]:
                 times[name].append(f())
+        tput = {name: [] for name, _ in cells}
+        for i in range(args.rounds if args.throughput else 0):
+            k = i % len(cells)
+            for name, run in cells[k:] + cells[:k]:
+                tput[name].append(measured(run))
     finally:
         for lib in libs:
             lib.close()
@@ -70,6 +108,19 @@ def main():
             d.wait(timeout=10)
         for tmp in tmps:
             shutil.rmtree(tmp, ignore_errors=True)
+    if args.throughput:
+        print(f"Throughput: {args.rounds} rounds of {args.throughput:g} s per cell, {args.clients} "
+              "concurrent clients; medians over the rounds.\n")
+        print("| jobs of | jobs/s | ratio to bare | machine CPU ms per job |")
+        print("|---|---:|---:|---:|")
+        bare_rate = statistics.median(r for r, _ in tput["bare"])
+        for name, _ in cells:
+            rate = statistics.median(r for r, _ in tput[name])
+            cpu = statistics.median(c for _, c in tput[name])
+            print(f"| {name} | {rate:.1f} | {rate / bare_rate:.2f}x | {cpu:.2f} |")
+        print()
+    if not args.runs:
+        return
     bare = times["bare"]
     print(f"{args.runs} rounds, launchers interleaved in rotating order.\n")
     print("| launcher | median ms | p90 ms | ratio of medians | median paired ratio |")

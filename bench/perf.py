@@ -45,10 +45,6 @@ PY = "/usr/bin/python3"
 FLAGS = ["-I", "-S"]
 
 
-
-
-
-
 def bwrap_cmd(code):
     """bubblewrap with an isolation set comparable to Vivarium's namespaces and mounts
     (it has no Landlock, seccomp, cgroup limits or rlimits: Vivarium does more)."""
@@ -205,6 +201,17 @@ def bench_profiles(tmp):
     return prof, text
 
 
+def warm_profiles(prof, text, pool):
+    """Beside `bench` (its profile text `text`) in `prof`: the same policy with the warm
+    path (sandboxes built ahead, one job each), built by cold starts (`benchwarm`) or
+    forked from a zygote, `pool` kept ready (`benchzyg`) or each forked per job
+    (`benchzyg0`)."""
+    for name, warm in (("benchwarm", f"pool = {pool}"), ("benchzyg", f"zygote = true\npool = {pool}"),
+                       ("benchzyg0", "zygote = true\npool = 0")):
+        with open(os.path.join(prof, f"{name}.toml"), "w") as f:
+            f.write(text + f"\n[warm]\n{warm}\nidle_secs = 600\n")
+
+
 def is_zygote(pid):
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
@@ -340,14 +347,7 @@ def main():
     d = None
     try:
         prof, text = bench_profiles(tmp)
-        # The same policy with the warm path (sandboxes built ahead, one job each), built
-        # by cold starts or forked from a zygote (kept ready, or forked per job).
-        with open(os.path.join(prof, "benchwarm.toml"), "w") as f:
-            f.write(text + f"\n[warm]\npool = {args.pool}\nidle_secs = 600\n")
-        with open(os.path.join(prof, "benchzyg.toml"), "w") as f:
-            f.write(text + f"\n[warm]\nzygote = true\npool = {args.pool}\nidle_secs = 600\n")
-        with open(os.path.join(prof, "benchzyg0.toml"), "w") as f:
-            f.write(text + "\n[warm]\nzygote = true\npool = 0\nidle_secs = 600\n")
+        warm_profiles(prof, text, args.pool)
         numpy = not args.no_numpy
         if numpy and not os.path.exists(args.uv):
             sys.exit(f"{args.uv} missing: run scripts/install-uv.sh, or pass --no-numpy")
