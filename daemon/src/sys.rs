@@ -267,6 +267,17 @@ pub fn reset_sigchld_and_mask() -> io::Result<()> {
     Ok(())
 }
 
+/// `pidfd_open(2)`: a pidfd for `pid` (a zombie has one too, until it is reaped).
+pub fn pidfd_open(pid: libc::pid_t) -> io::Result<OwnedFd> {
+    // SAFETY: a plain syscall with two integer arguments.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel returned a new fd that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
 /// Exit immediately without running atexit handlers or flushing stdio buffers that
 /// belong to the parent's copy of the address space.
 pub fn exit_now(code: i32) -> ! {
@@ -439,8 +450,17 @@ pub fn recv_with_fds(
     buf: &mut [u8],
     flags: nix::sys::socket::MsgFlags,
 ) -> io::Result<(usize, Vec<OwnedFd>)> {
+    recv_with_up_to::<8>(sock, buf, flags)
+}
+
+/// [`recv_with_fds`] with room for up to `N` fds.
+pub fn recv_with_up_to<const N: usize>(
+    sock: BorrowedFd<'_>,
+    buf: &mut [u8],
+    flags: nix::sys::socket::MsgFlags,
+) -> io::Result<(usize, Vec<OwnedFd>)> {
     use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
-    let mut cmsg = nix::cmsg_space!([RawFd; 8]);
+    let mut cmsg = nix::cmsg_space!([RawFd; N]);
     let mut iov = [io::IoSliceMut::new(buf)];
     let msg = recvmsg::<()>(
         sock.as_raw_fd(),

@@ -205,6 +205,18 @@ async fn a_job_that_dies_at_birth_leaves_the_zygote_and_its_jobs_alone() {
     assert!(vivarium_e2e::alive(zygote), "the zygote died");
     let next = daemon.run_job(&Job::new(WARM_MARK).profile("hot")).await;
     assert!(ran_warm(&next), "{}", describe(&next));
+    // Every init the zygote forked, the ones that died at birth included, is reaped
+    // once it ends (the zygote waits on their pidfds): no zombie stays behind.
+    let children = || {
+        (daemon.job_processes().into_iter())
+            .filter(|p| p.ppid == zygote)
+            .count()
+    };
+    assert!(
+        wait_until(Duration::from_secs(5), || children() == 0),
+        "{} children of the zygote left",
+        children()
+    );
 }
 
 /// Whether `pid` is one of `procs` and an interpreter.

@@ -1,51 +1,52 @@
-//! `libvivarium_zygote.so`: the zygote's per-job setup (`vivariumd::sandbox::zygote`),
-//! exported for its interpreter, which loads it with `ctypes.PyDLL` (the GIL stays held
-//! during each call, so no other Python code runs while a call forks or unshares).
+//! `libvivarium_zygote.so`: the zygote's request loop and each job's setup
+//! (`vivariumd::sandbox::zygote`), exported for its interpreter, which loads it with
+//! `ctypes.PyDLL` (the GIL stays held during the call, so no other Python code runs
+//! while it forks or unshares).
 
-use std::os::fd::{FromRawFd, OwnedFd};
-use vivariumd::sandbox::zygote::{self, Forked};
+use std::os::fd::BorrowedFd;
+use vivariumd::sandbox::zygote::{self, Hooks, Served};
 
 mod arena;
 
 #[global_allocator]
 static ALLOCATOR: arena::Arena = arena::Arena;
 
-/// In the zygote, for each request: fork the job's init into a new pid namespace; init
-/// prepares the sandbox, forks the payload and supervises it without returning. Returns
-/// the init's pid in the zygote, a negative errno there if no child could be made, and
-/// 0 in the job's payload once every layer is in place (the interpreter then runs
-/// `PyOS_AfterFork_Child`, as `os.fork` would, and the job). `plan` is the job's encoded
-/// plan (cleared in init once decoded); `fds` its stdin, stdout, stderr, status pipe
-/// and cgroup files, owned by init from the fork on (the zygote closes its copies).
+/// The zygote's request loop ([`zygote::serve`]) on its control socket `ctl`, with the
+/// request buffer `buf` (`len` bytes) and the interpreter's `PyOS_BeforeFork` and
+/// `PyOS_AfterFork_Parent`. Returns 0 in the zygote when the spawner has hung up, 1 in
+/// a job's payload once every layer is in place (the interpreter then runs
+/// `PyOS_AfterFork_Child`, as `os.fork` would, and the job), and a negative errno if the
+/// loop failed. Each job's init never returns: it supervises its payload, then exits.
 ///
 /// # Safety
-/// `plan` must point to `len` writable bytes nothing else uses during the call, and
-/// `fds` to `nfds` ints that are open descriptors nothing else in the child owns.
+/// `ctl` must be an open socket for the whole call, `buf` must point to `len` writable
+/// bytes that nothing else uses during the call, and the two hooks must be the
+/// interpreter's functions of those names (or null).
 #[no_mangle]
-pub unsafe extern "C" fn vivarium_zygote_fork_job(
-    plan: *mut u8,
+pub unsafe extern "C" fn vivarium_zygote_serve(
+    ctl: i32,
+    buf: *mut u8,
     len: usize,
-    fds: *const i32,
-    nfds: usize,
+    before_fork: Option<extern "C" fn()>,
+    after_parent: Option<extern "C" fn()>,
 ) -> i32 {
-    // SAFETY: the caller passes a live, writable buffer of `len` bytes (the zygote's
-    // request buffer, which no Python code touches during the call).
-    let plan = unsafe { std::slice::from_raw_parts_mut(plan, len) };
-    // SAFETY: the caller passes an array of `nfds` ints (a ctypes array).
-    let raw = unsafe { std::slice::from_raw_parts(fds, nfds) };
-    let in_init = || {
-        // Before init's first allocation: the rest of this job's Rust code allocates in
-        // pages of its own rather than in the heap it shares with the zygote.
-        arena::start();
-        raw.iter()
-            // SAFETY: each is an open fd received by SCM_RIGHTS, which in this child
-            // nothing else owns (the interpreter's ints for them are never used here).
-            .map(|&fd| unsafe { OwnedFd::from_raw_fd(fd) })
-            .collect()
+    let (Some(before_fork), Some(after_parent)) = (before_fork, after_parent) else {
+        return -libc::EINVAL;
     };
-    match zygote::fork_job(plan, in_init) {
-        Ok(Forked::Zygote(init)) => init,
-        Ok(Forked::Payload) => 0,
+    // SAFETY: the caller's buffer, live and unshared for the call.
+    let buf = unsafe { std::slice::from_raw_parts_mut(buf, len) };
+    // SAFETY: the caller keeps `ctl` open for the call.
+    let ctl = unsafe { BorrowedFd::borrow_raw(ctl) };
+    let hooks = Hooks {
+        before_fork,
+        after_parent,
+        // Before init's first allocation: the rest of the job's Rust code allocates in
+        // pages of its own rather than in the heap it shares with the zygote.
+        in_init: arena::start,
+    };
+    match zygote::serve(ctl, buf, &hooks) {
+        Ok(Served::SpawnerGone) => 0,
+        Ok(Served::Payload) => 1,
         Err(e) => -e.raw_os_error().unwrap_or(libc::EIO),
     }
 }

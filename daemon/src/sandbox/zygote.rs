@@ -33,9 +33,10 @@ use super::report::{encode, Failure, InitMsg, PayloadMsg};
 use super::{landlock, mount, rlimit, SetupError};
 use crate::sys;
 use nix::sched::CloneFlags;
+use nix::sys::socket::MsgFlags;
 use nix::unistd::Pid;
 use std::io::{Read, Write};
-use std::os::fd::{AsFd, AsRawFd, IntoRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, IntoRawFd, OwnedFd};
 use std::sync::Mutex;
 
 /// The zygote's control socket (SOCK_SEQPACKET to the spawner) inside its interpreter.
@@ -129,6 +130,120 @@ fn fail(status: &std::fs::File, e: &SetupError) -> ! {
 
 fn pipe() -> Result<(OwnedFd, OwnedFd), SetupError> {
     nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| SetupError::errno("pipe", e))
+}
+
+/// What the interpreter does around a fork (`os.fork`'s brackets), for the forks
+/// [`serve`] makes, and the zygote library's part in each job's init.
+pub struct Hooks {
+    /// `PyOS_BeforeFork` (the import lock, the before-fork hooks), in the zygote.
+    pub before_fork: extern "C" fn(),
+    /// `PyOS_AfterFork_Parent`, in the zygote.
+    pub after_parent: extern "C" fn(),
+    /// Called first thing in each job's init, before its first allocation.
+    pub in_init: fn(),
+}
+
+/// How [`serve`] ended in this process.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Served {
+    /// The spawner hung up (or retired the zygote): the zygote exits.
+    SpawnerGone,
+    /// This is a job's payload with every layer in place: the interpreter runs the job.
+    Payload,
+}
+
+/// Fds a request may carry: stdin, stdout, stderr, the status pipe, and one cgroup file
+/// per hierarchy.
+const REQUEST_FDS: usize = 16;
+
+/// The zygote's request loop, run by its interpreter once it is ready (one call: no
+/// Python runs in the zygote between requests, and so none writes to pages the zygote
+/// shares with its jobs). For each request on `ctl` (a plan in `buf`, then fds):
+/// [`fork_job`] between the interpreter's fork hooks, then the answer, `ok` with the
+/// init's pidfd or `error: ...`, and the request's bytes cleared. Ended inits are
+/// reaped when their pidfds (kept here) turn readable, so SIGCHLD needs no handler:
+/// it keeps its default action, and an init that ends at once is a zombie with a pidfd
+/// until then. Returns in the zygote when the spawner hangs up, and in each job's
+/// payload; an `Err` is the loop's own (poll or receive), the zygote's end.
+pub fn serve(ctl: BorrowedFd<'_>, buf: &mut [u8], hooks: &Hooks) -> std::io::Result<Served> {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    let mut inits: Vec<(libc::pid_t, OwnedFd)> = Vec::new();
+    loop {
+        let mut fds: Vec<PollFd<'_>> = std::iter::once(ctl)
+            .chain(inits.iter().map(|(_, pidfd)| pidfd.as_fd()))
+            .map(|fd| PollFd::new(fd, PollFlags::POLLIN))
+            .collect();
+        match poll(&mut fds, PollTimeout::NONE) {
+            Ok(_) => {}
+            Err(nix::Error::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+        let ready: Vec<bool> = (fds.iter())
+            .map(|p| p.revents().is_some_and(|r| !r.is_empty()))
+            .collect();
+        drop(fds);
+        let mut ended = ready[1..].iter();
+        inits.retain(|&(pid, _)| {
+            let gone = ended.next() == Some(&true);
+            if gone {
+                let flags = nix::sys::wait::WaitPidFlag::WNOHANG;
+                let _ = nix::sys::wait::waitpid(Pid::from_raw(pid), Some(flags));
+            }
+            !gone
+        });
+        if !ready[0] {
+            continue;
+        }
+        let (len, fds) = match sys::recv_with_up_to::<REQUEST_FDS>(ctl, buf, MsgFlags::empty()) {
+            Ok((0, _)) => return Ok(Served::SpawnerGone),
+            Ok(request) => request,
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                answer(
+                    ctl,
+                    Err(std::io::Error::other("request truncated (fds or bytes)")),
+                );
+                continue;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        (hooks.before_fork)();
+        let forked = fork_job(&mut buf[..len], move || {
+            (hooks.in_init)();
+            fds
+        });
+        let init = match forked {
+            Ok(Forked::Payload) => {
+                // The pidfds here are the zygote's numbers, closed in init long since.
+                std::mem::forget(inits);
+                return Ok(Served::Payload);
+            }
+            Ok(Forked::Zygote(pid)) => sys::pidfd_open(pid).map(|pidfd| (pid, pidfd)),
+            Err(e) => Err(e),
+        };
+        (hooks.after_parent)();
+        buf[..len].fill(0);
+        match init {
+            Ok((pid, pidfd)) => {
+                answer(ctl, Ok(pidfd.as_fd()));
+                inits.push((pid, pidfd));
+            }
+            Err(e) => answer(ctl, Err(e)),
+        }
+    }
+}
+
+/// The zygote's answer to a request: `ok` with the init's pidfd, or why not.
+fn answer(ctl: BorrowedFd<'_>, result: std::io::Result<BorrowedFd<'_>>) {
+    // A failed send is the spawner's end, which the next receive sees.
+    let _ = match result {
+        Ok(pidfd) => sys::send_with_fds(ctl, b"ok", &[pidfd]),
+        Err(e) => {
+            let mut text = format!("error: {e}");
+            text.truncate(200);
+            sys::send_with_fds(ctl, text.as_bytes(), &[])
+        }
+    };
 }
 
 /// What [`fork_job`] returned in this process.
