@@ -37,3 +37,35 @@ def start_daemon(vivariumd, tmp, profiles, subtree, extra=""):
     d.kill()
     d.wait()
     sys.exit(f"{vivariumd} did not come up (see {log})")
+
+
+def loops(clients, seconds, job):
+    """Run `job()` over and over in `clients` processes of their own (forks of this one,
+    so no interpreter lock is shared) for `seconds`; the jobs done in all and the span in
+    seconds. `job` returns False for a failure, which ends the benchmark."""
+    start = time.monotonic()
+    deadline = start + seconds
+    workers = []
+    for _ in range(clients):
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(r)
+            n = 0
+            while time.monotonic() < deadline:
+                if job() is False:
+                    os._exit(1)
+                n += 1
+            os.write(w, str(n).encode())
+            os._exit(0)
+        os.close(w)
+        workers.append((pid, r))
+    total = 0
+    for pid, r in workers:
+        with os.fdopen(r) as f:
+            text = f.read()
+        _, status = os.waitpid(pid, 0)
+        if status != 0 or not text:
+            sys.exit("a benchmark loop failed")
+        total += int(text)
+    return total, time.monotonic() - start

@@ -38,7 +38,7 @@ import tempfile
 import threading
 import time
 
-from common import pct, start_daemon, timed
+from common import loops, pct, start_daemon, timed
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY = "/usr/bin/python3"
@@ -89,35 +89,14 @@ def bare_throughput(clients, seconds):
     """Bare interpreter starts per second with `clients` concurrent loops. Each loop is its
     own process (posix_spawn + waitpid), so the harness is not one interpreter's threads
     taking turns at a lock: at 8 clients that held the bare rate below the 2-client one."""
-    deadline = time.monotonic() + seconds
-    start = time.monotonic()
-    workers = []
-    for _ in range(clients):
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.close(r)
-            n = 0
-            argv = [PY, *FLAGS, "-c", "pass"]
-            while time.monotonic() < deadline:
-                child = os.posix_spawn(PY, argv, os.environ)
-                _, status = os.waitpid(child, 0)
-                if status != 0:
-                    os._exit(1)
-                n += 1
-            os.write(w, str(n).encode())
-            os._exit(0)
-        os.close(w)
-        workers.append((pid, r))
-    total = 0
-    for pid, r in workers:
-        with os.fdopen(r) as f:
-            text = f.read()
-        _, status = os.waitpid(pid, 0)
-        if status != 0 or not text:
-            sys.exit("bare throughput: an interpreter start failed")
-        total += int(text)
-    return total / (time.monotonic() - start)
+    argv = [PY, *FLAGS, "-c", "pass"]
+
+    def start():
+        _, status = os.waitpid(os.posix_spawn(PY, argv, os.environ), 0)
+        return status == 0
+
+    total, span = loops(clients, seconds, start)
+    return total / span
 
 
 def library_throughput(exe, sock, profile, clients, seconds):
