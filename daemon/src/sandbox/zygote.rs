@@ -8,24 +8,26 @@
 //! and the profile's preloads, never a job's code, and holds no secret (a job is a
 //! copy of it). For each job it gets a plan and fds on its control socket, and:
 //!
-//! 1. the zygote ([`fork_job`], one call from its interpreter): `unshare(CLONE_NEWPID)`
-//!    then fork, so the child is pid 1 of a pid namespace of its own; it sends the
-//!    child's pidfd to the spawner. The child is the job's init, and runs no Python:
+//! 1. the zygote (its request loop, [`serve`], in Rust: one call from its interpreter):
+//!    `unshare(CLONE_NEWPID)` then fork, so the child is pid 1 of a pid namespace of its
+//!    own; it sends the child's pidfd to the spawner. The child is the job's init, and
+//!    runs no Python:
 //! 2. init moves itself into the job's cgroup (writing `0` to the `tasks`/`cgroup.procs`
 //!    files the spawner opened: a single-threaded process moving itself is the cheap
 //!    attach), makes itself non-dumpable, unshares mount, network, IPC, UTS and cgroup
 //!    namespaces, mounts the job's fresh tmpfs mounts, procfs and masks over the
 //!    zygote's, sets the hostname and the rlimits, then forks the payload and stays as
 //!    its reaper (the same code as a cold job's init: [`super::init::supervise`]).
-//! 3. the payload (init's fork, the only copy that returns to the interpreter) unshares a user namespace of its own, whose maps
-//!    init writes (uid and gid 1000 to the zygote namespace's 1000: the payload's host
-//!    uid is not init's), then the same steps as a cold payload: setsid, stdio, every
+//! 3. the payload (init's fork, the one copy that returns to the interpreter) unshares
+//!    a user namespace of its own, whose maps init writes (uid and gid 1000 to the
+//!    zygote namespace's 1000: the payload's host uid is not init's), then the same
+//!    steps as a cold payload: setsid, stdio, every
 //!    other fd closed, cwd, capabilities and ids, no_new_privs, Landlock, seccomp. Then
 //!    it returns to the interpreter, which reads the job from stdin as a warm sandbox
 //!    does.
 //!
-//! [`fork_job`] is called through the zygote library (crate `vivarium-zygote`); it is
-//! here so that the job's setup is the same code as a cold job's.
+//! [`serve`] is called through the zygote library (crate `vivarium-zygote`); it is here
+//! so that the job's setup is the same code as a cold job's.
 
 use super::init::{drop_privileges, supervise, Prepared};
 use super::plan::{JobPlan, MountStep, SANDBOX_GID, SANDBOX_UID, WARM_BOOTSTRAP};
@@ -159,7 +161,7 @@ const REQUEST_FDS: usize = 16;
 /// The zygote's request loop, run by its interpreter once it is ready (one call: no
 /// Python runs in the zygote between requests, and so none writes to pages the zygote
 /// shares with its jobs). For each request on `ctl` (a plan in `buf`, then fds):
-/// [`fork_job`] between the interpreter's fork hooks, then the answer, `ok` with the
+/// `fork_job` between the interpreter's fork hooks, then the answer, `ok` with the
 /// init's pidfd or `error: ...`, and the request's bytes cleared. Ended inits are
 /// reaped when their pidfds (kept here) turn readable, so SIGCHLD needs no handler:
 /// it keeps its default action, and an init that ends at once is a zombie with a pidfd
@@ -247,7 +249,7 @@ fn answer(ctl: BorrowedFd<'_>, result: std::io::Result<BorrowedFd<'_>>) {
 }
 
 /// What [`fork_job`] returned in this process.
-pub enum Forked {
+enum Forked {
     /// The zygote: the job's init has this pid.
     Zygote(libc::pid_t),
     /// The job's payload, every layer in place: the interpreter runs the job.
@@ -264,10 +266,7 @@ pub enum Forked {
 /// its first allocation, and returns the job's fds (as for [`job_prepare`]): the
 /// zygote library switches its arena on there, and owns the fds from then on (the
 /// zygote closes its own copies). An `Err` is the zygote's: no child exists.
-pub fn fork_job(
-    plan: &mut [u8],
-    in_init: impl FnOnce() -> Vec<OwnedFd>,
-) -> std::io::Result<Forked> {
+fn fork_job(plan: &mut [u8], in_init: impl FnOnce() -> Vec<OwnedFd>) -> std::io::Result<Forked> {
     new_pid_namespace()?;
     if let Some(init) = sys::fork()? {
         return Ok(Forked::Zygote(init));
