@@ -27,16 +27,9 @@ import statistics
 import tempfile
 import time
 
-from common import pct, start_daemon, timed
+from common import busy_seconds, pct, start_daemon, timed
 from perf import (PY, FLAGS, Library, bare_throughput, bench_profiles, bwrap_cmd,
                   library_throughput, warm_profiles)
-
-
-def busy_seconds():
-    """CPU time the whole machine has spent busy (not idle or waiting on I/O), in s."""
-    with open("/proc/stat") as f:
-        fields = [int(x) for x in f.readline().split()[1:]]
-    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def measured(run):

@@ -69,3 +69,10 @@ def loops(clients, seconds, job):
             sys.exit("a benchmark loop failed")
         total += int(text)
     return total, time.monotonic() - start
+
+
+def busy_seconds():
+    """CPU time the whole machine has spent busy (not idle or waiting on I/O), in s."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")

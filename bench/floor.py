@@ -29,8 +29,7 @@ import os
 import statistics
 import sys
 
-from ab import busy_seconds
-from common import loops
+from common import busy_seconds, loops
 from perf import FLAGS, PY
 
 CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS, CLONE_NEWIPC = 0x20000, 0x02000000, 0x04000000, 0x08000000

@@ -256,9 +256,9 @@ pub fn fork() -> io::Result<Option<libc::pid_t>> {
     }
 }
 
-/// In a child forked from the zygote's interpreter: SIGCHLD back to its default action
-/// (the interpreter's handler would run in a process that no longer runs Python), then
-/// every signal unblocked (the zygote blocks SIGCHLD around each fork).
+/// In the job's init, just forked from the zygote's interpreter: SIGCHLD at its default
+/// action and no signal blocked, whatever the zygote's preloads left there (init
+/// supervises the payload with `waitpid`, and the payload inherits both).
 pub fn reset_sigchld_and_mask() -> io::Result<()> {
     use nix::sys::signal::{sigprocmask, SigHandler, SigSet, SigmaskHow, Signal};
     // SAFETY: SIG_DFL installs no handler, so no code of ours can run on a signal.

@@ -9,8 +9,8 @@
 //! contiguous in pages no one shares, and freeing is a no-op: the processes that use it
 //! are short-lived, and what they allocate is bounded by the plan (a full arena falls
 //! back to the system allocator). The zygote never switches the arena on: its own calls
-//! (the request loop, [`crate::vivarium_zygote_serve`]) go to the system allocator, as does every
-//! allocation made before [`start`] in a process.
+//! (the request loop, [`crate::vivarium_zygote_serve`]) go to the system allocator, as
+//! does every allocation made before [`start`] in a process.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
