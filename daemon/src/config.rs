@@ -32,6 +32,13 @@ pub struct Config {
     pub id_base: u32,
     /// Largest script accepted, in bytes.
     pub max_code_bytes: u64,
+    /// All scripts the daemon holds at once (arriving in chunks, queued or running),
+    /// in bytes: past it a submit gets `Busy`. Bounds what clients can make the daemon
+    /// buffer; at least `max_code_bytes`.
+    pub max_code_bytes_total: u64,
+    /// Client connections open at once; past it a new connection gets `Busy` and is
+    /// closed. Each costs the daemon a 64 KiB receive buffer.
+    pub max_connections: usize,
     /// Jobs (running or queued) one uid may have at once; 0 is no per-uid limit.
     pub max_jobs_per_uid: usize,
     /// On SIGTERM, how long running jobs may go on before they are killed.
@@ -79,6 +86,8 @@ impl Default for Config {
             state_dir: None,
             id_base: 0x5000_0000,
             max_code_bytes: 16 << 20,
+            max_code_bytes_total: 256 << 20,
+            max_connections: 1024,
             max_jobs_per_uid: 0,
             shutdown_grace_ms: 5000,
             idle_exit_secs: 0,
@@ -136,6 +145,10 @@ impl Config {
             "max_concurrent_jobs",
             self.max_concurrent_jobs != new.max_concurrent_jobs,
         );
+        check(
+            "max_code_bytes_total",
+            self.max_code_bytes_total != new.max_code_bytes_total,
+        );
         check("cgroup_subtree", self.cgroup_subtree != new.cgroup_subtree);
         check("state_dir", self.state_dir != new.state_dir);
         check("id_base", self.id_base != new.id_base);
@@ -185,6 +198,18 @@ impl Config {
                 "max_jobs_per_uid",
                 "must be at most 65536 (0 is no limit)",
             ));
+        }
+        if self.max_code_bytes == 0 || self.max_code_bytes > 1 << 32 {
+            return Err(bad("max_code_bytes", "must be 1..=4 GiB"));
+        }
+        if self.max_code_bytes_total < self.max_code_bytes || self.max_code_bytes_total > 1 << 40 {
+            return Err(bad(
+                "max_code_bytes_total",
+                "must be at least max_code_bytes and at most 1 TiB",
+            ));
+        }
+        if self.max_connections == 0 || self.max_connections > 65536 {
+            return Err(bad("max_connections", "must be 1..=65536"));
         }
         if self.shutdown_grace_ms > 3_600_000 {
             return Err(bad("shutdown_grace_ms", "must be at most one hour"));
@@ -283,6 +308,35 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn buffering_bounds_validate() {
+        let invalid = |text: &str| match toml::from_str::<Config>(text).unwrap().validate() {
+            Err(ConfigError::Invalid { field, .. }) => field,
+            other => panic!("{text}: {other:?}"),
+        };
+        assert_eq!(invalid("max_connections = 0"), "max_connections");
+        assert_eq!(invalid("max_connections = 65537"), "max_connections");
+        assert_eq!(invalid("max_code_bytes = 0"), "max_code_bytes");
+        // The total must hold at least one script of the largest size.
+        assert_eq!(
+            invalid("max_code_bytes = 2048\nmax_code_bytes_total = 1024"),
+            "max_code_bytes_total"
+        );
+        let cfg: Config = toml::from_str(
+            "max_code_bytes = 2048\nmax_code_bytes_total = 2048\nmax_connections = 1",
+        )
+        .unwrap();
+        cfg.validate().unwrap();
+        let mut reloaded = cfg.clone();
+        reloaded.max_connections = 9;
+        assert!(cfg.restart_only_changes(&reloaded).is_empty());
+        reloaded.max_code_bytes_total = 4096;
+        assert_eq!(
+            cfg.restart_only_changes(&reloaded),
+            ["max_code_bytes_total"]
+        );
     }
 
     #[test]

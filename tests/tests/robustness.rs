@@ -1039,3 +1039,256 @@ async fn a_burst_of_library_clients_all_connect() {
     }
     assert_eq!(clients.len(), 500);
 }
+
+// ---------------------------------------------------------------------------------------
+// What clients can make the daemon hold: stdin is flow-controlled, scripts share one
+// budget (`max_code_bytes_total`), connections are capped (`max_connections`).
+// ---------------------------------------------------------------------------------------
+
+/// A started job's stdout and reason, from its events on a raw connection.
+async fn run_to_end(c: &mut RawConn) -> (Reason, Vec<u8>) {
+    let mut stdout = Vec::new();
+    loop {
+        match c.recv().await {
+            Event::Started { .. } => {}
+            Event::Stdout(b) => stdout.extend_from_slice(&b),
+            Event::Finished(o) => return (o.reason, stdout),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
+
+/// 48 MiB of stdin for a job that sleeps before it reads: the daemon does not buffer it
+/// (it stops reading the connection once 1 MiB waits for the job, and the client's sends
+/// wait), and the job still reads every byte.
+#[tokio::test(flavor = "multi_thread")]
+async fn stdin_is_flow_controlled_not_buffered() {
+    if !require_root() {
+        return;
+    }
+    const STDIN: usize = 48 << 20;
+    let daemon = Daemon::start(DaemonOpts::default());
+    prompt_job(&daemon, Duration::from_secs(10)).await;
+    let rss_before = vm_rss_kib(daemon.pid());
+    let stdin = vec![b'f'; STDIN];
+    let code = "import sys, time\ntime.sleep(3)\nprint(len(sys.stdin.buffer.read()))";
+    let peak = std::sync::atomic::AtomicU64::new(rss_before);
+    let sample = async {
+        let until = Instant::now() + Duration::from_millis(2500);
+        while Instant::now() < until {
+            peak.fetch_max(
+                vm_rss_kib(daemon.pid()),
+                std::sync::atomic::Ordering::Relaxed,
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    let job = Job::new(code);
+    let (done, ()) = tokio::join!(daemon.run_job_stdin(&job, Some(&stdin)), sample);
+    assert_eq!(
+        (
+            done.outcome.reason,
+            String::from_utf8_lossy(&done.stdout).trim()
+        ),
+        (Reason::Ok, STDIN.to_string().as_str()),
+        "{}",
+        describe(&done)
+    );
+    let grew = peak.into_inner().saturating_sub(rss_before);
+    eprintln!("daemon VmRSS {rss_before} KiB, +{grew} KiB at most while 48 MiB of stdin waited");
+    assert!(
+        grew < 12 << 10,
+        "the daemon's VmRSS grew by {grew} KiB while the job slept"
+    );
+}
+
+/// A client that hangs up while its job has not read its stdin (so the daemon is not
+/// reading the connection): the daemon notices anyway and the job dies, as on any
+/// disconnect, long before its wall limit.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_gone_behind_unread_stdin_ends_its_job() {
+    if !require_root() {
+        return;
+    }
+    let daemon = Daemon::start(DaemonOpts::default());
+    prompt_job(&daemon, Duration::from_secs(10)).await;
+    let before = daemon.settled_snapshot();
+    let mut c = RawConn::connect(daemon.socket()).await;
+    c.hello().await;
+    let limits = LimitOverrides {
+        wall_ms: Some(30_000),
+        ..Default::default()
+    };
+    c.send(&submit("import time\ntime.sleep(60)", limits, true))
+        .await;
+    match c.recv().await {
+        Event::Started { .. } => {}
+        other => panic!("expected Started, got {other:?}"),
+    }
+    // Send until the daemon stops taking it.
+    let mut sent = 0usize;
+    let frame = Request::Stdin(vec![b'u'; MAX_PAYLOAD_CHUNK]);
+    while tokio::time::timeout(Duration::from_millis(500), c.send(&frame))
+        .await
+        .is_ok()
+    {
+        sent += MAX_PAYLOAD_CHUNK;
+        assert!(
+            sent < 64 << 20,
+            "the daemon took {sent} bytes of unread stdin"
+        );
+    }
+    eprintln!(
+        "the daemon stopped reading after {} KiB of stdin",
+        sent >> 10
+    );
+    assert!(
+        !daemon.job_processes().is_empty(),
+        "the job should still be running"
+    );
+    let gone = Instant::now();
+    drop(c);
+    assert!(
+        wait_until(Duration::from_secs(10), || daemon
+            .job_processes()
+            .is_empty()),
+        "the job outlived its client behind unread stdin\n{}",
+        daemon.log()
+    );
+    eprintln!("job gone {:?} after its client", gone.elapsed());
+    daemon.assert_no_leaks(&before);
+}
+
+/// Scripts held at once are bounded by `max_code_bytes_total`: with room for two 1 MiB
+/// chunked submits in progress, a third gets `Busy` (and its connection is closed, as
+/// its chunks cannot be told apart from requests), and so does a small inline job on an
+/// open connection; when one of the two goes away its share comes back and that job runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn scripts_held_at_once_are_bounded() {
+    if !require_root() {
+        return;
+    }
+    let daemon = Daemon::start(
+        DaemonOpts::default()
+            .config_line("max_code_bytes = 1048576")
+            .config_line("max_code_bytes_total = 2097152"),
+    );
+    prompt_job(&daemon, Duration::from_secs(10)).await;
+    let chunked = |len: u64| {
+        Request::Submit(JobSpec {
+            profile: "default".into(),
+            code: Code::Chunked { len },
+            args: vec![],
+            stdin: false,
+            limits: LimitOverrides::default(),
+        })
+    };
+    let mut holders = Vec::new();
+    for _ in 0..2 {
+        let mut c = RawConn::connect(daemon.socket()).await;
+        c.hello().await;
+        c.send(&chunked(1 << 20)).await;
+        c.send(&Request::CodeChunk(vec![b'#'; 1000])).await;
+        holders.push(c);
+    }
+    let busy = |event: Event| match event {
+        Event::Error(WireError {
+            code: ErrorCode::Busy,
+            message,
+        }) => assert!(message.contains("max_code_bytes_total"), "{message}"),
+        other => panic!("expected Busy, got {other:?}"),
+    };
+    let mut third = RawConn::connect(daemon.socket()).await;
+    third.hello().await;
+    third.send(&chunked(1 << 20)).await;
+    busy(third.recv().await);
+    assert!(
+        third.recv_opt().await.is_none(),
+        "the refused chunked submit's connection stays open"
+    );
+    let mut small = RawConn::connect(daemon.socket()).await;
+    small.hello().await;
+    small
+        .send(&submit("print('small')", LimitOverrides::default(), false))
+        .await;
+    busy(small.recv().await);
+    drop(holders.pop());
+    let mut ran = false;
+    for _ in 0..50 {
+        small
+            .send(&submit("print('small')", LimitOverrides::default(), false))
+            .await;
+        match small.recv().await {
+            Event::Error(WireError {
+                code: ErrorCode::Busy,
+                ..
+            }) => tokio::time::sleep(Duration::from_millis(100)).await,
+            Event::Started { .. } => {
+                ran = true;
+                break;
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert!(
+        ran,
+        "the freed share of max_code_bytes_total did not come back"
+    );
+    assert_eq!(
+        run_to_end(&mut small).await,
+        (Reason::Ok, b"small\n".to_vec())
+    );
+}
+
+/// Past `max_connections` a new connection is answered `Busy` and closed; the open ones
+/// are served as before, and a place freed is taken again.
+#[tokio::test(flavor = "multi_thread")]
+async fn connections_past_the_cap_are_refused() {
+    if !require_root() {
+        return;
+    }
+    let daemon = Daemon::start(DaemonOpts::default().config_line("max_connections = 4"));
+    let mut open = Vec::new();
+    for _ in 0..4 {
+        let mut c = RawConn::connect(daemon.socket()).await;
+        c.hello().await;
+        open.push(c);
+    }
+    let mut fifth = RawConn::connect(daemon.socket()).await;
+    fifth.send_bytes(&hello_frame()).await;
+    match fifth.recv().await {
+        Event::Error(WireError {
+            code: ErrorCode::Busy,
+            message,
+        }) => assert!(message.contains("max_connections"), "{message}"),
+        other => panic!("expected Busy, got {other:?}"),
+    }
+    assert!(
+        fifth.recv_opt().await.is_none(),
+        "the refused connection stays open"
+    );
+    // The open connections still work.
+    let c = &mut open[0];
+    c.send(&submit(
+        "print('still served')",
+        LimitOverrides::default(),
+        false,
+    ))
+    .await;
+    assert_eq!(
+        run_to_end(c).await,
+        (Reason::Ok, b"still served\n".to_vec())
+    );
+    drop(open.pop());
+    let mut served = false;
+    for _ in 0..50 {
+        let mut c = RawConn::connect(daemon.socket()).await;
+        c.send_bytes(&hello_frame()).await;
+        if matches!(c.recv().await, Event::HelloAck(_)) {
+            served = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(served, "the freed connection place was not taken again");
+}

@@ -249,7 +249,16 @@ async fn drive(
                 }
                 cancelled = true;
                 eprintln!("viv: cancelling the job (ctrl-c again to quit now)");
-                handle.cancel().await?;
+                // The `Cancel` waits behind stdin the job has not read yet (the daemon
+                // reads a connection no faster than its job reads stdin): a second
+                // ctrl-c must still end viv meanwhile.
+                tokio::select! {
+                    sent = handle.cancel() => { sent?; }
+                    _ = sigint.recv() => {
+                        eprintln!("viv: interrupted again; closing the connection");
+                        std::process::exit(EXIT_CANCELLED);
+                    }
+                }
                 continue;
             }
         };

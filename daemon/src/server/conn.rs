@@ -6,7 +6,8 @@ use super::job::{self, JobRequest};
 use super::Daemon;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use tokio::sync::{mpsc, Notify};
+use std::time::Duration;
+use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit};
 use tokio_seqpacket::UnixSeqpacket;
 use vivarium_proto::{
     decode, encode, negotiate, Code, ErrorCode, Event, HelloAck, JobSpec, Request, WireError,
@@ -17,6 +18,29 @@ use vivarium_proto::{
 const MAX_ARGS_BYTES: usize = 64 * 1024;
 /// Stdin bytes accepted for one job; past this the job's stdin is closed (it reads EOF).
 const MAX_STDIN_BYTES: u64 = 64 << 20;
+/// Stdin frames (of at most 64 KiB) queued for a job that has not read them yet. When the
+/// queue is full the connection is not read until the job reads (or ends): the client's
+/// sends block, and the daemon buffers at most this much per job.
+const STDIN_QUEUE_FRAMES: usize = 16;
+/// While a connection is not read (stdin flow control), how often it is checked for a
+/// client that has hung up (its job is then cancelled, as on any disconnect).
+const HANGUP_CHECK: Duration = Duration::from_millis(50);
+
+/// How long a refused connection is read from after its error was sent (see [`refuse`]).
+const UNADMITTED_DRAIN: Duration = Duration::from_secs(2);
+/// The same for a connection past `max_connections`: shorter, as many may come at once.
+pub const BUSY_DRAIN: Duration = Duration::from_millis(250);
+
+/// Send one error and end the connection. Closing with unread data would reset it, and
+/// the client would read the reset instead of why: what it sent (its hello, and the
+/// request it may have sent right behind it) is read and dropped until it hangs up, for
+/// at most `drain`. The buffer is one byte: a longer datagram is cut (SOCK_SEQPACKET).
+pub async fn refuse(sock: &UnixSeqpacket, code: ErrorCode, message: String, drain: Duration) {
+    send_error(sock, code, message).await;
+    let mut sink = [0u8; 1];
+    let drained = async { while matches!(sock.recv(&mut sink).await, Ok(n) if n > 0) {} };
+    let _ = tokio::time::timeout(drain, drained).await;
+}
 
 pub async fn send(sock: &UnixSeqpacket, event: &Event) -> bool {
     match encode(event) {
@@ -53,10 +77,12 @@ struct Running {
     /// Set by the job task just before its last event (`Finished` or `Error`): a client
     /// may then submit again before the task has fully returned.
     over: Arc<AtomicBool>,
-    stdin: Option<mpsc::UnboundedSender<Vec<u8>>>,
+    stdin: Option<mpsc::Sender<Vec<u8>>>,
     stdin_bytes: u64,
     cancel: Arc<Notify>,
     done: tokio::task::JoinHandle<()>,
+    /// The script's share of `max_code_bytes_total`, given back when the job is over.
+    _code: OwnedSemaphorePermit,
 }
 
 /// A job whose code is still arriving in chunks.
@@ -106,6 +132,71 @@ struct Receiving {
     len: usize,
     /// Cancelled before the code was complete: the rest is read and dropped.
     cancelled: bool,
+    /// Its `len` out of `max_code_bytes_total`, taken when the submit came.
+    permit: OwnedSemaphorePermit,
+}
+
+/// `len` bytes of script out of the daemon's `max_code_bytes_total` (in KiB, rounded
+/// up), or `None` when other jobs' scripts hold too much of it.
+pub fn code_permit(daemon: &Daemon, len: u64) -> Option<OwnedSemaphorePermit> {
+    let kib = u32::try_from(len.div_ceil(1024).max(1)).ok()?;
+    daemon.code_budget.clone().try_acquire_many_owned(kib).ok()
+}
+
+/// The `Busy` answer to a script that does not fit in `max_code_bytes_total`.
+fn code_budget_full(daemon: &Daemon, len: u64) -> String {
+    format!(
+        "the daemon holds too much of other jobs' code to take {len} more bytes (max_code_bytes_total = {}); try again later",
+        daemon.config.max_code_bytes_total
+    )
+}
+
+/// What became of a stdin frame that found its job's queue full.
+enum Backpressure {
+    Queued,
+    /// The job no longer reads stdin (it closed it, or its task ended).
+    JobStdinGone,
+    JobOver,
+    ClientGone,
+}
+
+/// Wait, without reading the connection, until the job's stdin queue has room for
+/// `data`, the job is over, or the client hangs up.
+async fn queue_stdin(sock: &UnixSeqpacket, r: &mut Running, data: Vec<u8>) -> Backpressure {
+    let Some(tx) = r.stdin.as_ref() else {
+        return Backpressure::JobStdinGone;
+    };
+    tokio::select! {
+        permit = tx.reserve() => match permit {
+            Ok(p) => {
+                p.send(data);
+                Backpressure::Queued
+            }
+            Err(_) => Backpressure::JobStdinGone,
+        },
+        _ = &mut r.done => Backpressure::JobOver,
+        () = hung_up(sock) => Backpressure::ClientGone,
+    }
+}
+
+/// Resolves once the client has closed its end. Polled with `poll(2)` (no data is
+/// read, and tokio's readiness for the socket is left as it is).
+async fn hung_up(sock: &UnixSeqpacket) {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    loop {
+        tokio::time::sleep(HANGUP_CHECK).await;
+        let mut fds = [PollFd::new(
+            std::os::fd::AsFd::as_fd(sock),
+            PollFlags::empty(),
+        )];
+        if poll(&mut fds, PollTimeout::ZERO).is_ok()
+            && fds[0]
+                .revents()
+                .is_some_and(|r| r.contains(PollFlags::POLLHUP))
+        {
+            return;
+        }
+    }
 }
 
 pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket) {
@@ -125,18 +216,8 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket) {
         &live.allowed_gids,
     ) {
         tracing::warn!(uid = peer.uid, gid = peer.gid, "peer not admitted");
-        send_error(
-            &sock,
-            ErrorCode::NotAuthorized,
-            format!("uid {} is not admitted", peer.uid),
-        )
-        .await;
-        // Closing with unread data would reset the connection, and the client would read
-        // the reset instead of why: read what it sent (its hello, and the request it may
-        // have sent right behind it) until it hangs up, for at most 2 seconds.
-        let mut sink = vec![0u8; MAX_FRAME + 1];
-        let drain = async { while matches!(sock.recv(&mut sink).await, Ok(n) if n > 0) {} };
-        let _ = tokio::time::timeout(std::time::Duration::from_secs(2), drain).await;
+        let why = format!("uid {} is not admitted", peer.uid);
+        refuse(&sock, ErrorCode::NotAuthorized, why, UNADMITTED_DRAIN).await;
         return;
     }
     let mut buf = vec![0u8; MAX_FRAME + 1];
@@ -269,7 +350,12 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket) {
                 match spec.code {
                     Code::Inline(ref code) => {
                         let code = code.clone();
-                        running = start(&daemon, &sock, &peer, spec, code, ask).await;
+                        let Some(permit) = code_permit(&daemon, code.len() as u64) else {
+                            let why = code_budget_full(&daemon, code.len() as u64);
+                            send_error(&sock, ErrorCode::Busy, why).await;
+                            continue;
+                        };
+                        running = start(&daemon, &sock, &peer, spec, code, ask, permit).await;
                     }
                     Code::Chunked { len } => {
                         let max_code_bytes = daemon.live().config.max_code_bytes;
@@ -286,12 +372,19 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket) {
                             .await;
                             break;
                         }
+                        let Some(permit) = code_permit(&daemon, len) else {
+                            // As above: the chunks on their way cannot be told apart.
+                            send_error(&sock, ErrorCode::Busy, code_budget_full(&daemon, len))
+                                .await;
+                            break;
+                        };
                         receiving = Some(Receiving {
                             spec,
                             ask,
                             code: Vec::new(),
                             len: len as usize,
                             cancelled: false,
+                            permit,
                         });
                     }
                 }
@@ -326,7 +419,7 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket) {
                     );
                     send(&sock, &Event::Finished(Box::new(outcome))).await;
                 } else if r.code.len() == r.len {
-                    running = start(&daemon, &sock, &peer, r.spec, r.code, r.ask).await;
+                    running = start(&daemon, &sock, &peer, r.spec, r.code, r.ask, r.permit).await;
                 } else {
                     receiving = Some(r);
                 }
@@ -335,23 +428,30 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket) {
                 // Stdin, StdinEof and Cancel carry no job id and may cross `Finished` in
                 // flight: with no job to take them they are dropped without a reply, so
                 // that no stray error answers the client's next request.
-                if let Some(Running {
-                    stdin: Some(tx),
-                    stdin_bytes,
-                    ..
-                }) = running.as_mut()
-                {
-                    *stdin_bytes += data.len() as u64;
-                    if *stdin_bytes > MAX_STDIN_BYTES {
-                        // No error event: an error would end the job for the client
-                        // while it still runs. The job reads EOF instead.
-                        tracing::warn!(
-                            "stdin over {MAX_STDIN_BYTES} bytes; closing the job's stdin"
-                        );
-                        running.as_mut().map(|r| r.stdin.take());
-                    } else {
-                        let _ = tx.send(data);
+                let Some(r) = running.as_mut().filter(|r| r.stdin.is_some()) else {
+                    continue;
+                };
+                r.stdin_bytes += data.len() as u64;
+                if r.stdin_bytes > MAX_STDIN_BYTES {
+                    // No error event: an error would end the job for the client while it
+                    // still runs. The job reads EOF instead.
+                    tracing::warn!("stdin over {MAX_STDIN_BYTES} bytes; closing the job's stdin");
+                    r.stdin = None;
+                    continue;
+                }
+                let full = match r.stdin.as_ref().map(|tx| tx.try_send(data)) {
+                    Some(Err(mpsc::error::TrySendError::Full(data))) => data,
+                    Some(Err(mpsc::error::TrySendError::Closed(_))) => {
+                        r.stdin = None;
+                        continue;
                     }
+                    _ => continue,
+                };
+                match queue_stdin(&sock, r, full).await {
+                    Backpressure::Queued => {}
+                    Backpressure::JobStdinGone => r.stdin = None,
+                    Backpressure::JobOver => running = None,
+                    Backpressure::ClientGone => break,
                 }
             }
             (Request::StdinEof, Some(_)) => {
@@ -385,6 +485,7 @@ async fn start(
     spec: JobSpec,
     code: Vec<u8>,
     ask: PackageAsk,
+    code_permit: OwnedSemaphorePermit,
 ) -> Option<Running> {
     let refuse = |code: ErrorCode, msg: String| async move {
         send_error(sock, code, msg).await;
@@ -453,7 +554,7 @@ async fn start(
     };
     let cancel = Arc::new(Notify::new());
     let (stdin_tx, stdin_rx) = if spec.stdin {
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = mpsc::channel(STDIN_QUEUE_FRAMES);
         (Some(tx), Some(rx))
     } else {
         (None, None)
@@ -482,5 +583,6 @@ async fn start(
         stdin_bytes: 0,
         cancel,
         done,
+        _code: code_permit,
     })
 }

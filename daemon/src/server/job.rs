@@ -35,7 +35,7 @@ pub async fn run(
     daemon: Arc<Daemon>,
     sock: Arc<UnixSeqpacket>,
     req: JobRequest,
-    stdin: Option<mpsc::UnboundedReceiver<Vec<u8>>>,
+    stdin: Option<mpsc::Receiver<Vec<u8>>>,
     cancel: Arc<Notify>,
     over: Arc<AtomicBool>,
 ) {
@@ -224,7 +224,7 @@ async fn execute(
     sock: &Arc<UnixSeqpacket>,
     job_id: u64,
     req: &JobRequest,
-    stdin: Option<mpsc::UnboundedReceiver<Vec<u8>>>,
+    stdin: Option<mpsc::Receiver<Vec<u8>>>,
     cancel: &Arc<Notify>,
     permit: tokio::sync::OwnedSemaphorePermit,
     env: Option<&std::path::Path>,
@@ -419,7 +419,7 @@ async fn pump(
 
 /// Write `prefix` (a warm sandbox's job header), then the job's stdin; closing the
 /// write end at the end gives the job EOF.
-async fn feed_stdin(fd: OwnedFd, prefix: Vec<u8>, stdin: Option<mpsc::UnboundedReceiver<Vec<u8>>>) {
+async fn feed_stdin(fd: OwnedFd, prefix: Vec<u8>, stdin: Option<mpsc::Receiver<Vec<u8>>>) {
     if prefix.is_empty() && stdin.is_none() {
         return; // dropping the write end: the job reads EOF
     }

@@ -177,8 +177,13 @@ pub struct Daemon {
     pub own_uid: u32,
     /// Jobs in flight (drain, quotas, idleness, STATUS=).
     pub jobs: lifecycle::JobBook,
-    /// Open client connections (idleness).
+    /// Open client connections (idleness, `max_connections`).
     pub connections: AtomicUsize,
+    /// Connections being refused for `max_connections` (see [`refuse_connection`]).
+    refusing: AtomicUsize,
+    /// The scripts the daemon holds (arriving, queued or running), in KiB permits out
+    /// of `max_code_bytes_total` (see [`conn::code_permit`]).
+    pub code_budget: Arc<Semaphore>,
     /// Why the last SIGHUP reload failed, until one succeeds.
     pub reload_error: Mutex<Option<String>>,
     /// Warm sandboxes, per profile (kept by [`warm::maintain`]).
@@ -223,6 +228,9 @@ impl Daemon {
         Daemon {
             packages,
             slots: Arc::new(Semaphore::new(config.max_concurrent_jobs)),
+            code_budget: Arc::new(Semaphore::new(
+                config.max_code_bytes_total.div_ceil(1024) as usize
+            )),
             config,
             live: RwLock::new(Arc::new(live)),
             facts,
@@ -232,6 +240,7 @@ impl Daemon {
             own_uid: nix::unistd::geteuid().as_raw(),
             jobs: lifecycle::JobBook::default(),
             connections: AtomicUsize::new(0),
+            refusing: AtomicUsize::new(0),
             reload_error: Mutex::new(None),
             warm: warm::WarmPools::default(),
         }
@@ -264,6 +273,32 @@ impl Drop for ConnectionGuard {
     }
 }
 
+/// Connections past `max_connections` being told so at once, at most (each holds an fd
+/// for up to [`conn::BUSY_DRAIN`]); past this, further ones are closed unanswered.
+const MAX_REFUSING: usize = 64;
+
+/// Answer a connection past `max_connections` with `Busy` and close it, without taking
+/// a connection place (or more than a small buffer) for it.
+fn refuse_connection(daemon: &Arc<Daemon>, sock: tokio_seqpacket::UnixSeqpacket, max: usize) {
+    if daemon.refusing.fetch_add(1, Ordering::SeqCst) >= MAX_REFUSING {
+        daemon.refusing.fetch_sub(1, Ordering::SeqCst);
+        tracing::warn!(max, "connection closed unanswered: max_connections reached");
+        return;
+    }
+    tracing::warn!(max, "connection refused: max_connections reached");
+    let daemon = daemon.clone();
+    tokio::spawn(async move {
+        conn::refuse(
+            &sock,
+            vivarium_proto::ErrorCode::Busy,
+            format!("the daemon has {max} connections open (max_connections); try again later"),
+            conn::BUSY_DRAIN,
+        )
+        .await;
+        daemon.refusing.fetch_sub(1, Ordering::SeqCst);
+    });
+}
+
 /// Accept connections until `stop` resolves.
 pub async fn serve(
     daemon: Arc<Daemon>,
@@ -276,6 +311,11 @@ pub async fn serve(
             _ = &mut stop => break,
             accepted = listener.accept() => match accepted {
                 Ok(sock) => {
+                    let max = daemon.live().config.max_connections;
+                    if daemon.connections.load(Ordering::SeqCst) >= max {
+                        refuse_connection(&daemon, sock, max);
+                        continue;
+                    }
                     daemon.connections.fetch_add(1, Ordering::SeqCst);
                     let guard = ConnectionGuard(daemon.clone());
                     tokio::spawn(async move {
