@@ -178,6 +178,9 @@ pub struct JobHandle<'c> {
     phase: Phase,
     /// True while a `Cancel` would still reach this job; shared with [`Canceller`]s.
     active: Arc<AtomicBool>,
+    /// Set by the first cancel: no more stdin is sent (the daemon reads a connection no
+    /// faster than its job reads stdin, so stdin would hold the `Cancel` up).
+    cancelling: Arc<AtomicBool>,
     /// The job's package environment, once the daemon has reported it.
     packages: Option<PackagesReport>,
 }
@@ -193,6 +196,7 @@ impl<'c> JobHandle<'c> {
             job_id: None,
             phase: Phase::Running,
             active: Arc::new(AtomicBool::new(true)),
+            cancelling: Arc::new(AtomicBool::new(false)),
             packages: None,
         }
     }
@@ -237,9 +241,13 @@ impl<'c> JobHandle<'c> {
     }
 
     /// Ask the daemon to kill the job; its `Finished` (reason `Cancelled`) still follows.
-    /// Returns whether a `Cancel` was sent (false once the job has ended).
+    /// Returns whether a `Cancel` was sent (false once the job has ended). The job's stdin
+    /// is not sent any further. The send waits behind stdin the job has not read yet
+    /// (stdin is flow-controlled, docs/protocol.md): keep reading events meanwhile (for
+    /// instance with a [`Canceller`] in another task), or a job blocked on its output can
+    /// hold it up.
     pub async fn cancel(&self) -> Result<bool> {
-        cancel(&self.active, &self.client.sock).await
+        cancel(&self.active, &self.cancelling, &self.client.sock).await
     }
 
     /// A cloneable, `'static` way to cancel this job from another task. It does not keep the
@@ -248,6 +256,7 @@ impl<'c> JobHandle<'c> {
         Canceller {
             sock: Arc::downgrade(&self.client.sock),
             active: Arc::clone(&self.active),
+            cancelling: Arc::clone(&self.cancelling),
         }
     }
 
@@ -256,7 +265,8 @@ impl<'c> JobHandle<'c> {
         self.client.await_hello().await?;
         let client = &mut *self.client;
         let event = loop {
-            let event = match self.stdin.as_mut().filter(|p| !p.finished) {
+            let pumping = !self.cancelling.load(Ordering::SeqCst);
+            let event = match self.stdin.as_mut().filter(|p| pumping && !p.finished) {
                 Some(pump) => tokio::select! {
                     event = recv_event(&client.sock, &mut client.buf) => event?,
                     step = pump.step(&client.sock) => { step?; continue; }
@@ -334,22 +344,28 @@ impl std::fmt::Debug for JobHandle<'_> {
 pub struct Canceller {
     sock: Weak<UnixSeqpacket>,
     active: Arc<AtomicBool>,
+    cancelling: Arc<AtomicBool>,
 }
 
 impl Canceller {
     /// Send `Cancel` if the job is still running; returns whether it was sent.
     pub async fn cancel(&self) -> Result<bool> {
         match self.sock.upgrade() {
-            Some(sock) => cancel(&self.active, &sock).await,
+            Some(sock) => cancel(&self.active, &self.cancelling, &sock).await,
             None => Ok(false),
         }
     }
 }
 
-async fn cancel(active: &AtomicBool, sock: &UnixSeqpacket) -> Result<bool> {
+async fn cancel(
+    active: &AtomicBool,
+    cancelling: &AtomicBool,
+    sock: &UnixSeqpacket,
+) -> Result<bool> {
     if !active.load(Ordering::SeqCst) {
         return Ok(false);
     }
+    cancelling.store(true, Ordering::SeqCst);
     send(sock, &Request::Cancel).await?;
     Ok(true)
 }

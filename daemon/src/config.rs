@@ -202,7 +202,8 @@ impl Config {
         if self.max_code_bytes == 0 || self.max_code_bytes > 1 << 32 {
             return Err(bad("max_code_bytes", "must be 1..=4 GiB"));
         }
-        if self.max_code_bytes_total < self.max_code_bytes || self.max_code_bytes_total > 1 << 40 {
+        let most = (1u64 << 40).min(tokio::sync::Semaphore::MAX_PERMITS as u64);
+        if self.max_code_bytes_total < self.max_code_bytes || self.max_code_bytes_total > most {
             return Err(bad(
                 "max_code_bytes_total",
                 "must be at least max_code_bytes and at most 1 TiB",

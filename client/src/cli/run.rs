@@ -249,16 +249,7 @@ async fn drive(
                 }
                 cancelled = true;
                 eprintln!("viv: cancelling the job (ctrl-c again to quit now)");
-                // The `Cancel` waits behind stdin the job has not read yet (the daemon
-                // reads a connection no faster than its job reads stdin): a second
-                // ctrl-c must still end viv meanwhile.
-                tokio::select! {
-                    sent = handle.cancel() => { sent?; }
-                    _ = sigint.recv() => {
-                        eprintln!("viv: interrupted again; closing the connection");
-                        std::process::exit(EXIT_CANCELLED);
-                    }
-                }
+                cancel_aside(&handle);
                 continue;
             }
         };
@@ -275,7 +266,7 @@ async fn drive(
                     // Our stdout is gone (`viv run x.py | head`): stop the job, as the
                     // SIGPIPE it would get outside the sandbox would.
                     cancelled = true;
-                    handle.cancel().await?;
+                    cancel_aside(&handle);
                 }
             }
             Some(JobEvent::Finished(outcome)) => {
@@ -284,6 +275,17 @@ async fn drive(
             None => return Err(ClientError::Protocol("job ended without an outcome".into()).into()),
         }
     }
+}
+
+/// Send the job's `Cancel` from a task of its own and go on reading events: the send
+/// can wait behind stdin the job has not read (docs/protocol.md, flow control), and a job
+/// blocked on output nobody reads would never read it. (A failed send needs no report:
+/// the connection is then gone, and the daemon kills the job for that.)
+fn cancel_aside(handle: &vivarium_client::JobHandle<'_>) {
+    let canceller = handle.canceller();
+    tokio::spawn(async move {
+        let _ = canceller.cancel().await;
+    });
 }
 
 /// Where output goes: straight to viv's stdout/stderr, or collected for `--json`.

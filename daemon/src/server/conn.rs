@@ -1,13 +1,13 @@
 //! One client connection: hello, authorization, requests, and at most one running job.
 //! Every bad input gets a typed error and the connection (and the daemon) goes on.
 
-use super::auth::{self, Peer};
+use super::auth::Peer;
 use super::job::{self, JobRequest};
 use super::Daemon;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit};
+use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_seqpacket::UnixSeqpacket;
 use vivarium_proto::{
     decode, encode, negotiate, Code, ErrorCode, Event, HelloAck, JobSpec, Request, WireError,
@@ -18,16 +18,18 @@ use vivarium_proto::{
 const MAX_ARGS_BYTES: usize = 64 * 1024;
 /// Stdin bytes accepted for one job; past this the job's stdin is closed (it reads EOF).
 const MAX_STDIN_BYTES: u64 = 64 << 20;
-/// Stdin frames (of at most 64 KiB) queued for a job that has not read them yet. When the
-/// queue is full the connection is not read until the job reads (or ends): the client's
-/// sends block, and the daemon buffers at most this much per job.
-const STDIN_QUEUE_FRAMES: usize = 16;
+/// Stdin bytes waiting for a job to read them, at most. Past it (or past
+/// [`STDIN_QUEUED_TOTAL`] for all jobs) the connection is not read until the job reads
+/// (or ends): the client's sends wait, and nothing is lost.
+const STDIN_QUEUED_PER_JOB: usize = 8 << 20;
+/// The same for all jobs together (see `Daemon::stdin_budget`).
+pub const STDIN_QUEUED_TOTAL: usize = 256 << 20;
 /// While a connection is not read (stdin flow control), how often it is checked for a
 /// client that has hung up (its job is then cancelled, as on any disconnect).
 const HANGUP_CHECK: Duration = Duration::from_millis(50);
 
 /// How long a refused connection is read from after its error was sent (see [`refuse`]).
-const UNADMITTED_DRAIN: Duration = Duration::from_secs(2);
+pub const UNADMITTED_DRAIN: Duration = Duration::from_secs(2);
 /// The same for a connection past `max_connections`: shorter, as many may come at once.
 pub const BUSY_DRAIN: Duration = Duration::from_millis(250);
 
@@ -63,7 +65,7 @@ pub async fn send_error(sock: &UnixSeqpacket, code: ErrorCode, message: impl Int
     .await
 }
 
-fn identify(sock: &UnixSeqpacket) -> std::io::Result<Peer> {
+pub fn identify(sock: &UnixSeqpacket) -> std::io::Result<Peer> {
     let cred = sock.peer_cred()?;
     let groups = crate::sys::peer_groups(std::os::fd::AsFd::as_fd(sock))?;
     Ok(Peer {
@@ -77,7 +79,7 @@ struct Running {
     /// Set by the job task just before its last event (`Finished` or `Error`): a client
     /// may then submit again before the task has fully returned.
     over: Arc<AtomicBool>,
-    stdin: Option<mpsc::Sender<Vec<u8>>>,
+    stdin: Option<StdinSender>,
     stdin_bytes: u64,
     cancel: Arc<Notify>,
     done: tokio::task::JoinHandle<()>,
@@ -132,26 +134,58 @@ struct Receiving {
     len: usize,
     /// Cancelled before the code was complete: the rest is read and dropped.
     cancelled: bool,
-    /// Its `len` out of `max_code_bytes_total`, taken when the submit came.
-    permit: OwnedSemaphorePermit,
+    /// Refused (`Busy`) before the code was complete: the rest is read and dropped.
+    refused: bool,
+    /// Bytes of code received (kept in `code` unless refused).
+    got: usize,
+    /// The bytes received so far, out of `max_code_bytes_total`.
+    permit: Option<OwnedSemaphorePermit>,
 }
 
-/// `len` bytes of script out of the daemon's `max_code_bytes_total` (in KiB, rounded
-/// up), or `None` when other jobs' scripts hold too much of it.
-pub fn code_permit(daemon: &Daemon, len: u64) -> Option<OwnedSemaphorePermit> {
-    let kib = u32::try_from(len.div_ceil(1024).max(1)).ok()?;
-    daemon.code_budget.clone().try_acquire_many_owned(kib).ok()
+impl Receiving {
+    /// Take `more` bytes of script out of the daemon's `max_code_bytes_total`; false
+    /// when other jobs' scripts hold too much of it.
+    fn charge(&mut self, daemon: &Daemon, more: usize) -> bool {
+        let Some(p) = code_permit(daemon, more) else {
+            return false;
+        };
+        match self.permit.as_mut() {
+            Some(held) => held.merge(p),
+            None => self.permit = Some(p),
+        }
+        true
+    }
+}
+
+/// `len` bytes of script out of the daemon's `max_code_bytes_total` (an empty script
+/// takes one), or `None` when other jobs' scripts hold too much of it.
+pub fn code_permit(daemon: &Daemon, len: usize) -> Option<OwnedSemaphorePermit> {
+    let n = u32::try_from(len.max(1)).ok()?;
+    daemon.code_budget.clone().try_acquire_many_owned(n).ok()
+}
+
+/// Stdin for a job: each chunk carries its share of the job's and the daemon's queued
+/// stdin bytes, given back when the job's feeder has written it (or dropped it).
+pub struct StdinChunk {
+    pub data: Vec<u8>,
+    _queued: [OwnedSemaphorePermit; 2],
+}
+
+struct StdinSender {
+    tx: mpsc::UnboundedSender<StdinChunk>,
+    /// [`STDIN_QUEUED_PER_JOB`] bytes.
+    job: Arc<Semaphore>,
 }
 
 /// The `Busy` answer to a script that does not fit in `max_code_bytes_total`.
-fn code_budget_full(daemon: &Daemon, len: u64) -> String {
+fn code_budget_full(daemon: &Daemon, len: usize) -> String {
     format!(
         "the daemon holds too much of other jobs' code to take {len} more bytes (max_code_bytes_total = {}); try again later",
         daemon.config.max_code_bytes_total
     )
 }
 
-/// What became of a stdin frame that found its job's queue full.
+/// What became of a stdin frame.
 enum Backpressure {
     Queued,
     /// The job no longer reads stdin (it closed it, or its task ended).
@@ -160,22 +194,44 @@ enum Backpressure {
     ClientGone,
 }
 
-/// Wait, without reading the connection, until the job's stdin queue has room for
-/// `data`, the job is over, or the client hangs up.
-async fn queue_stdin(sock: &UnixSeqpacket, r: &mut Running, data: Vec<u8>) -> Backpressure {
-    let Some(tx) = r.stdin.as_ref() else {
+/// Queue `data` for the job's stdin: at once if the job's and the daemon's queued stdin
+/// have room for it, else (flow control) without reading the connection until they do,
+/// the job is over, or the client hangs up.
+async fn queue_stdin(
+    daemon: &Daemon,
+    sock: &UnixSeqpacket,
+    r: &mut Running,
+    data: Vec<u8>,
+) -> Backpressure {
+    let Some(stdin) = r.stdin.as_ref() else {
         return Backpressure::JobStdinGone;
     };
-    tokio::select! {
-        permit = tx.reserve() => match permit {
-            Ok(p) => {
-                p.send(data);
-                Backpressure::Queued
+    let n = data.len().max(1) as u32;
+    let take = |sem: &Arc<Semaphore>| sem.clone().try_acquire_many_owned(n).ok();
+    let queued = match (take(&stdin.job), take(&daemon.stdin_budget)) {
+        (Some(job), Some(all)) => [job, all],
+        _ => {
+            let wait = async {
+                let job = stdin.job.clone().acquire_many_owned(n).await;
+                let all = daemon.stdin_budget.clone().acquire_many_owned(n).await;
+                job.ok().zip(all.ok())
+            };
+            tokio::select! {
+                permits = wait => match permits {
+                    Some((job, all)) => [job, all],
+                    None => return Backpressure::JobStdinGone,
+                },
+                _ = &mut r.done => return Backpressure::JobOver,
+                () = hung_up(sock) => return Backpressure::ClientGone,
             }
-            Err(_) => Backpressure::JobStdinGone,
-        },
-        _ = &mut r.done => Backpressure::JobOver,
-        () = hung_up(sock) => Backpressure::ClientGone,
+        }
+    };
+    match stdin.tx.send(StdinChunk {
+        data,
+        _queued: queued,
+    }) {
+        Ok(()) => Backpressure::Queued,
+        Err(_) => Backpressure::JobStdinGone,
     }
 }
 
@@ -199,27 +255,9 @@ async fn hung_up(sock: &UnixSeqpacket) {
     }
 }
 
-pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket) {
+/// Serve an admitted peer's connection (the accept loop has identified and admitted it).
+pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket, peer: Peer) {
     let sock = Arc::new(sock);
-    let peer = match identify(&sock) {
-        Ok(p) => p,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot identify peer");
-            return;
-        }
-    };
-    let live = daemon.live();
-    if !auth::admitted(
-        &peer,
-        daemon.own_uid,
-        &live.config.allow_uids,
-        &live.allowed_gids,
-    ) {
-        tracing::warn!(uid = peer.uid, gid = peer.gid, "peer not admitted");
-        let why = format!("uid {} is not admitted", peer.uid);
-        refuse(&sock, ErrorCode::NotAuthorized, why, UNADMITTED_DRAIN).await;
-        return;
-    }
     let mut buf = vec![0u8; MAX_FRAME + 1];
     let mut version = None;
     let mut running: Option<Running> = None;
@@ -350,8 +388,8 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket) {
                 match spec.code {
                     Code::Inline(ref code) => {
                         let code = code.clone();
-                        let Some(permit) = code_permit(&daemon, code.len() as u64) else {
-                            let why = code_budget_full(&daemon, code.len() as u64);
+                        let Some(permit) = code_permit(&daemon, code.len()) else {
+                            let why = code_budget_full(&daemon, code.len());
                             send_error(&sock, ErrorCode::Busy, why).await;
                             continue;
                         };
@@ -372,19 +410,15 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket) {
                             .await;
                             break;
                         }
-                        let Some(permit) = code_permit(&daemon, len) else {
-                            // As above: the chunks on their way cannot be told apart.
-                            send_error(&sock, ErrorCode::Busy, code_budget_full(&daemon, len))
-                                .await;
-                            break;
-                        };
                         receiving = Some(Receiving {
                             spec,
                             ask,
                             code: Vec::new(),
                             len: len as usize,
                             cancelled: false,
-                            permit,
+                            refused: false,
+                            got: 0,
+                            permit: None,
                         });
                     }
                 }
@@ -399,7 +433,7 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket) {
                     .await;
                     continue;
                 };
-                if r.code.len() + chunk.len() > r.len {
+                if r.got + chunk.len() > r.len {
                     send_error(
                         &sock,
                         ErrorCode::CodeTooLarge,
@@ -408,8 +442,23 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket) {
                     .await;
                     break;
                 }
-                r.code.extend_from_slice(&chunk);
-                if r.code.len() == r.len && r.cancelled {
+                r.got += chunk.len();
+                if !r.refused && !chunk.is_empty() && !r.charge(&daemon, chunk.len()) {
+                    // The rest is read and dropped, so that the connection stays usable.
+                    send_error(&sock, ErrorCode::Busy, code_budget_full(&daemon, r.len)).await;
+                    r.refused = true;
+                    r.code = Vec::new();
+                    r.permit = None;
+                }
+                if !r.refused {
+                    if r.code.capacity() == 0 {
+                        r.code.reserve_exact(r.len);
+                    }
+                    r.code.extend_from_slice(&chunk);
+                }
+                if r.got == r.len && r.refused {
+                    // Its `Busy` was the answer.
+                } else if r.got == r.len && r.cancelled {
                     let job_id = daemon.next_job.fetch_add(1, Ordering::Relaxed);
                     let outcome = super::outcome::not_started(
                         job_id,
@@ -418,8 +467,17 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket) {
                         "cancelled before the code was complete",
                     );
                     send(&sock, &Event::Finished(Box::new(outcome))).await;
-                } else if r.code.len() == r.len {
-                    running = start(&daemon, &sock, &peer, r.spec, r.code, r.ask, r.permit).await;
+                } else if r.got == r.len {
+                    // An empty script has held nothing yet: it takes its one byte now.
+                    match r.permit.take().or_else(|| code_permit(&daemon, 0)) {
+                        Some(p) => {
+                            running = start(&daemon, &sock, &peer, r.spec, r.code, r.ask, p).await;
+                        }
+                        None => {
+                            let why = code_budget_full(&daemon, 0);
+                            send_error(&sock, ErrorCode::Busy, why).await;
+                        }
+                    }
                 } else {
                     receiving = Some(r);
                 }
@@ -439,15 +497,7 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket) {
                     r.stdin = None;
                     continue;
                 }
-                let full = match r.stdin.as_ref().map(|tx| tx.try_send(data)) {
-                    Some(Err(mpsc::error::TrySendError::Full(data))) => data,
-                    Some(Err(mpsc::error::TrySendError::Closed(_))) => {
-                        r.stdin = None;
-                        continue;
-                    }
-                    _ => continue,
-                };
-                match queue_stdin(&sock, r, full).await {
+                match queue_stdin(&daemon, &sock, r, data).await {
                     Backpressure::Queued => {}
                     Backpressure::JobStdinGone => r.stdin = None,
                     Backpressure::JobOver => running = None,
@@ -554,8 +604,9 @@ async fn start(
     };
     let cancel = Arc::new(Notify::new());
     let (stdin_tx, stdin_rx) = if spec.stdin {
-        let (tx, rx) = mpsc::channel(STDIN_QUEUE_FRAMES);
-        (Some(tx), Some(rx))
+        let (tx, rx) = mpsc::unbounded_channel();
+        let job = Arc::new(Semaphore::new(STDIN_QUEUED_PER_JOB));
+        (Some(StdinSender { tx, job }), Some(rx))
     } else {
         (None, None)
     };

@@ -35,7 +35,7 @@ pub async fn run(
     daemon: Arc<Daemon>,
     sock: Arc<UnixSeqpacket>,
     req: JobRequest,
-    stdin: Option<mpsc::Receiver<Vec<u8>>>,
+    stdin: Option<mpsc::UnboundedReceiver<super::conn::StdinChunk>>,
     cancel: Arc<Notify>,
     over: Arc<AtomicBool>,
 ) {
@@ -224,7 +224,7 @@ async fn execute(
     sock: &Arc<UnixSeqpacket>,
     job_id: u64,
     req: &JobRequest,
-    stdin: Option<mpsc::Receiver<Vec<u8>>>,
+    stdin: Option<mpsc::UnboundedReceiver<super::conn::StdinChunk>>,
     cancel: &Arc<Notify>,
     permit: tokio::sync::OwnedSemaphorePermit,
     env: Option<&std::path::Path>,
@@ -419,7 +419,11 @@ async fn pump(
 
 /// Write `prefix` (a warm sandbox's job header), then the job's stdin; closing the
 /// write end at the end gives the job EOF.
-async fn feed_stdin(fd: OwnedFd, prefix: Vec<u8>, stdin: Option<mpsc::Receiver<Vec<u8>>>) {
+async fn feed_stdin(
+    fd: OwnedFd,
+    prefix: Vec<u8>,
+    stdin: Option<mpsc::UnboundedReceiver<super::conn::StdinChunk>>,
+) {
     if prefix.is_empty() && stdin.is_none() {
         return; // dropping the write end: the job reads EOF
     }
@@ -433,7 +437,8 @@ async fn feed_stdin(fd: OwnedFd, prefix: Vec<u8>, stdin: Option<mpsc::Receiver<V
         return;
     };
     while let Some(chunk) = rx.recv().await {
-        if pipe.write_all(&chunk).await.is_err() {
+        // The chunk's share of the queued stdin is given back once it is written.
+        if pipe.write_all(&chunk.data).await.is_err() {
             break;
         }
     }

@@ -345,6 +345,17 @@ fn try_reload(daemon: &Daemon, source: &ConfigSource) -> Result<Vec<String>, Loa
             .collect();
         return Err(LoadError::NoneEnabled(why.join("; ")));
     }
+    // The script budget is the one the daemon started with: a larger script than it
+    // holds could never run (every submit of one would get `Busy`).
+    if loaded.config.max_code_bytes > daemon.config.max_code_bytes_total {
+        return Err(LoadError::Config(ConfigError::Invalid {
+            field: "max_code_bytes",
+            problem: format!(
+                "must be at most the running daemon's max_code_bytes_total ({}; that one changes on restart only)",
+                daemon.config.max_code_bytes_total
+            ),
+        }));
+    }
     for field in daemon.config.restart_only_changes(&loaded.config) {
         tracing::warn!(
             field,

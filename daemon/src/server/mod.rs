@@ -22,6 +22,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use tokio::sync::Semaphore;
+use vivarium_proto::ErrorCode;
 use vivarium_proto::{CgroupVersion, ProfileInfo};
 
 /// A profile with what this host can do for it.
@@ -181,9 +182,11 @@ pub struct Daemon {
     pub connections: AtomicUsize,
     /// Connections being refused for `max_connections` (see [`refuse_connection`]).
     refusing: AtomicUsize,
-    /// The scripts the daemon holds (arriving, queued or running), in KiB permits out
-    /// of `max_code_bytes_total` (see [`conn::code_permit`]).
+    /// The scripts the daemon holds (arriving, queued or running), in bytes out of
+    /// `max_code_bytes_total` (see [`conn::code_permit`]).
     pub code_budget: Arc<Semaphore>,
+    /// Stdin waiting for jobs to read it, in bytes out of [`conn::STDIN_QUEUED_TOTAL`].
+    pub stdin_budget: Arc<Semaphore>,
     /// Why the last SIGHUP reload failed, until one succeeds.
     pub reload_error: Mutex<Option<String>>,
     /// Warm sandboxes, per profile (kept by [`warm::maintain`]).
@@ -228,9 +231,8 @@ impl Daemon {
         Daemon {
             packages,
             slots: Arc::new(Semaphore::new(config.max_concurrent_jobs)),
-            code_budget: Arc::new(Semaphore::new(
-                config.max_code_bytes_total.div_ceil(1024) as usize
-            )),
+            code_budget: Arc::new(Semaphore::new(config.max_code_bytes_total as usize)),
+            stdin_budget: Arc::new(Semaphore::new(conn::STDIN_QUEUED_TOTAL)),
             config,
             live: RwLock::new(Arc::new(live)),
             facts,
@@ -277,24 +279,26 @@ impl Drop for ConnectionGuard {
 /// for up to [`conn::BUSY_DRAIN`]); past this, further ones are closed unanswered.
 const MAX_REFUSING: usize = 64;
 
-/// Answer a connection past `max_connections` with `Busy` and close it, without taking
-/// a connection place (or more than a small buffer) for it.
-fn refuse_connection(daemon: &Arc<Daemon>, sock: tokio_seqpacket::UnixSeqpacket, max: usize) {
+/// Answer a connection that is not served (not admitted, or past `max_connections`)
+/// with one error and close it, without taking a connection place for it.
+fn refuse_connection(
+    daemon: &Arc<Daemon>,
+    sock: tokio_seqpacket::UnixSeqpacket,
+    code: vivarium_proto::ErrorCode,
+    message: String,
+    drain: std::time::Duration,
+) {
     if daemon.refusing.fetch_add(1, Ordering::SeqCst) >= MAX_REFUSING {
         daemon.refusing.fetch_sub(1, Ordering::SeqCst);
-        tracing::warn!(max, "connection closed unanswered: max_connections reached");
+        tracing::warn!(
+            ?code,
+            "connection closed unanswered: {MAX_REFUSING} others are being refused"
+        );
         return;
     }
-    tracing::warn!(max, "connection refused: max_connections reached");
     let daemon = daemon.clone();
     tokio::spawn(async move {
-        conn::refuse(
-            &sock,
-            vivarium_proto::ErrorCode::Busy,
-            format!("the daemon has {max} connections open (max_connections); try again later"),
-            conn::BUSY_DRAIN,
-        )
-        .await;
+        conn::refuse(&sock, code, message, drain).await;
         daemon.refusing.fetch_sub(1, Ordering::SeqCst);
     });
 }
@@ -311,15 +315,33 @@ pub async fn serve(
             _ = &mut stop => break,
             accepted = listener.accept() => match accepted {
                 Ok(sock) => {
-                    let max = daemon.live().config.max_connections;
+                    let peer = match conn::identify(&sock) {
+                        Ok(p) => p,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "cannot identify peer");
+                            continue;
+                        }
+                    };
+                    let live = daemon.live();
+                    if !auth::admitted(&peer, daemon.own_uid, &live.config.allow_uids, &live.allowed_gids) {
+                        // Refused before it is counted: peers that are not admitted take
+                        // no connection place from those that are.
+                        tracing::warn!(uid = peer.uid, gid = peer.gid, "peer not admitted");
+                        let why = format!("uid {} is not admitted", peer.uid);
+                        refuse_connection(&daemon, sock, ErrorCode::NotAuthorized, why, conn::UNADMITTED_DRAIN);
+                        continue;
+                    }
+                    let max = live.config.max_connections;
                     if daemon.connections.load(Ordering::SeqCst) >= max {
-                        refuse_connection(&daemon, sock, max);
+                        tracing::warn!(max, "connection refused: max_connections reached");
+                        let why = format!("the daemon has {max} connections open (max_connections); try again later");
+                        refuse_connection(&daemon, sock, ErrorCode::Busy, why, conn::BUSY_DRAIN);
                         continue;
                     }
                     daemon.connections.fetch_add(1, Ordering::SeqCst);
                     let guard = ConnectionGuard(daemon.clone());
                     tokio::spawn(async move {
-                        conn::serve(guard.0.clone(), sock).await;
+                        conn::serve(guard.0.clone(), sock, peer).await;
                         drop(guard);
                     });
                 }
