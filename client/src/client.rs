@@ -316,6 +316,7 @@ pub(crate) fn unexpected(wanted: &str, got: &Event) -> ClientError {
         Event::Error(_) => "Error",
         Event::Profiles(_) => "Profiles",
         Event::Packages(_) => "Packages",
+        Event::StdinCredit(_) => "StdinCredit",
     };
     ClientError::Protocol(format!("expected {wanted}, got {kind}"))
 }

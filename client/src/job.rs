@@ -264,9 +264,15 @@ impl<'c> JobHandle<'c> {
         // The hello's answer, if this connection's first request was this job.
         self.client.await_hello().await?;
         let client = &mut *self.client;
+        // Protocol 3+: stdin goes against the daemon's credit.
+        if let Some(pump) = self.stdin.as_mut().filter(|p| p.credit.is_none()) {
+            if client.hello.as_ref().is_some_and(|ack| ack.version >= 3) {
+                pump.credit = Some(0);
+            }
+        }
         let event = loop {
             let pumping = !self.cancelling.load(Ordering::SeqCst);
-            let event = match self.stdin.as_mut().filter(|p| pumping && !p.finished) {
+            let event = match self.stdin.as_mut().filter(|p| pumping && p.ready()) {
                 Some(pump) => tokio::select! {
                     event = recv_event(&client.sock, &mut client.buf) => event?,
                     step = pump.step(&client.sock) => { step?; continue; }
@@ -274,6 +280,11 @@ impl<'c> JobHandle<'c> {
                 None => recv_event(&client.sock, &mut client.buf).await?,
             };
             match event {
+                Event::StdinCredit(n) => {
+                    if let Some(c) = self.stdin.as_mut().and_then(|p| p.credit.as_mut()) {
+                        *c = c.saturating_add(n);
+                    }
+                }
                 // Reported before `Started`; kept on the handle rather than an event.
                 Event::Packages(report) if self.job_id.is_none() && self.packages.is_none() => {
                     self.packages = Some(report);
@@ -380,6 +391,9 @@ struct StdinPump<'r> {
     pending: Option<Vec<u8>>,
     eof: bool,
     finished: bool,
+    /// Protocol 3+: stdin bytes the daemon will still take (`StdinCredit`); `None`: an
+    /// older daemon, which takes stdin without credit.
+    credit: Option<u64>,
 }
 
 impl<'r> StdinPump<'r> {
@@ -390,16 +404,28 @@ impl<'r> StdinPump<'r> {
             pending: None,
             eof: false,
             finished: false,
+            credit: None,
         }
+    }
+
+    /// Whether a step can make progress: a frame is waiting, or there is credit to read.
+    fn ready(&self) -> bool {
+        !self.finished && (self.pending.is_some() || self.credit.is_none_or(|c| c > 0))
     }
 
     async fn step(&mut self, sock: &UnixSeqpacket) -> Result<()> {
         if self.pending.is_none() {
+            let room = self
+                .credit
+                .map_or(self.chunk.len(), |c| self.chunk.len().min(c as usize));
             let n = self
                 .reader
-                .read(&mut self.chunk)
+                .read(&mut self.chunk[..room])
                 .await
                 .map_err(|source| ClientError::Stdin { source })?;
+            if let Some(c) = self.credit.as_mut() {
+                *c -= n as u64;
+            }
             let request = if n == 0 {
                 self.eof = true;
                 Request::StdinEof

@@ -204,6 +204,53 @@ async fn chunked_code_and_stdin_stream_concurrently() {
     daemon.await.unwrap();
 }
 
+/// Protocol 3: the client sends no more stdin than its credit. The fake gives 100 000
+/// bytes at a time, the next only once the last has arrived.
+#[tokio::test]
+async fn stdin_stays_within_its_credit() {
+    let input: Vec<u8> = (0..1_000_000u32).map(|i| (i % 251) as u8).collect();
+    let expect = input.clone();
+    let (_dir, path, daemon) = serve(move |mut c| async move {
+        c.hello().await;
+        c.recv().await.expect("submit"); // no credit from `submit()` here
+        c.send(Event::StdinCredit(100_000)).await;
+        let mut got = Vec::new();
+        let mut credit = 100_000u64;
+        loop {
+            match c.recv().await {
+                Some(Request::Stdin(bytes)) => {
+                    assert!(
+                        bytes.len() as u64 <= credit,
+                        "{} bytes past the credit",
+                        bytes.len()
+                    );
+                    credit -= bytes.len() as u64;
+                    got.extend_from_slice(&bytes);
+                    if credit == 0 {
+                        credit = 100_000;
+                        c.send(Event::StdinCredit(credit)).await;
+                    }
+                }
+                Some(Request::StdinEof) => break,
+                other => panic!("expected stdin, got {other:?}"),
+            }
+        }
+        assert_eq!(got, expect);
+        c.send(Event::Finished(outcome(1, Reason::Ok, ExitStatus::Code(0))))
+            .await;
+    });
+    let mut client = Client::connect(&path).await.unwrap();
+    let done = tokio::time::timeout(
+        Duration::from_secs(30),
+        client.run_collect(&Job::new("pass"), Some(&input)),
+    )
+    .await
+    .expect("deadlock")
+    .unwrap();
+    assert_eq!(done.outcome.reason, Reason::Ok);
+    daemon.await.unwrap();
+}
+
 #[tokio::test]
 async fn cancel_from_another_task() {
     let (_dir, path, daemon) = serve(|mut c| async move {

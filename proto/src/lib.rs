@@ -22,7 +22,12 @@ pub use types::*;
 /// appended; no existing struct changed), and PEP 723 inline metadata is read from the
 /// code of jobs submitted on a version-2 connection. Version-1 peers are still served
 /// exactly as before.
-pub const PROTOCOL_VERSION: u32 = 2;
+///
+/// 3 added `Event::StdinCredit`: stdin is sent against credit, so that a client never
+/// has more unread stdin on the connection than the daemon will queue, and a `Cancel`
+/// is never stuck behind it. Older peers are served as before (their stdin is
+/// flow-controlled by the daemon not reading).
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// The oldest protocol version this build still speaks.
 pub const MIN_PROTOCOL_VERSION: u32 = 1;

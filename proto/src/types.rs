@@ -98,6 +98,10 @@ pub enum Event {
     /// Protocol 2+: the job's package environment is ready (sent before `Started`, only
     /// for a job that asked for packages).
     Packages(PackagesReport),
+    /// Protocol 3+: the daemon takes this many more bytes of the job's stdin. A job with
+    /// `stdin` gets a first credit when it is accepted, and more as the job reads; a
+    /// client sends no more than it was given (docs/protocol.md, "Stdin").
+    StdinCredit(u64),
 }
 
 /// The environment a job's packages were installed into.

@@ -239,6 +239,7 @@ fn gen_event(r: &mut Rng, variant: u64) -> Event {
             code: r.pick(&ERROR_CODES),
             message: r.string(),
         }),
+        7 => Event::StdinCredit(r.u64()),
         _ => Event::Profiles(
             (0..r.below(3))
                 .map(|_| ProfileInfo {
@@ -259,7 +260,7 @@ fn gen_event(r: &mut Rng, variant: u64) -> Event {
         ),
     }
 }
-const EVENT_VARIANTS: u64 = 8;
+const EVENT_VARIANTS: u64 = 9;
 
 /// One wire type's codec, as plain functions (this crate does not depend on serde).
 struct Codec<T> {
@@ -653,7 +654,7 @@ async fn clients_vanishing_mid_stream_leave_nothing() {
         loop {
             match c.recv().await {
                 Event::Stdout(_) => break,
-                Event::Started { .. } => {}
+                Event::Started { .. } | Event::StdinCredit(_) => {}
                 other => panic!("round {round}: unexpected {other:?}"),
             }
         }
@@ -1122,9 +1123,14 @@ async fn a_client_gone_behind_unread_stdin_ends_its_job() {
     };
     c.send(&submit("import time\ntime.sleep(60)", limits, true))
         .await;
-    match c.recv().await {
-        Event::Started { .. } => {}
-        other => panic!("expected Started, got {other:?}"),
+    // This client ignores its credit (as a protocol 1-2 client has none): the daemon's
+    // own flow control is what holds it.
+    loop {
+        match c.recv().await {
+            Event::Started { .. } => break,
+            Event::StdinCredit(n) => assert_eq!(n, 8 << 20, "the first credit"),
+            other => panic!("expected Started, got {other:?}"),
+        }
     }
     // Send until the daemon stops taking it.
     let mut sent = 0usize;
@@ -1158,6 +1164,102 @@ async fn a_client_gone_behind_unread_stdin_ends_its_job() {
     );
     eprintln!("job gone {:?} after its client", gone.elapsed());
     daemon.assert_no_leaks(&before);
+}
+
+/// Protocol 3 stdin credit on the wire: the first 8 MiB when the job is accepted, then
+/// exactly what the job read, all before `Finished`; a version-2 connection gets none.
+#[tokio::test(flavor = "multi_thread")]
+async fn stdin_credit_is_given_back_as_the_job_reads() {
+    if !require_root() {
+        return;
+    }
+    let daemon = Daemon::start(DaemonOpts::default());
+    let code = "import sys\nprint(len(sys.stdin.buffer.read()))";
+    for version in [2, 3] {
+        let mut c = RawConn::connect(daemon.socket()).await;
+        c.send(&Request::Hello(Hello {
+            min_version: 1,
+            max_version: version,
+            client: "vivarium-e2e/credit".into(),
+        }))
+        .await;
+        match c.recv().await {
+            Event::HelloAck(ack) => assert_eq!(ack.version, version),
+            other => panic!("expected HelloAck, got {other:?}"),
+        }
+        c.send(&submit(code, LimitOverrides::default(), true)).await;
+        const SENT: usize = 1 << 20;
+        for part in vec![b's'; SENT].chunks(MAX_PAYLOAD_CHUNK) {
+            c.send(&Request::Stdin(part.to_vec())).await;
+        }
+        c.send(&Request::StdinEof).await;
+        let (mut credits, mut stdout) = (Vec::new(), Vec::new());
+        let outcome = loop {
+            match c.recv().await {
+                Event::StdinCredit(n) => credits.push(n),
+                Event::Stdout(b) => stdout.extend_from_slice(&b),
+                Event::Started { .. } => {}
+                Event::Finished(o) => break o,
+                other => panic!("v{version}: unexpected {other:?}"),
+            }
+        };
+        assert_eq!(
+            (outcome.reason, String::from_utf8_lossy(&stdout).trim()),
+            (Reason::Ok, SENT.to_string().as_str()),
+            "v{version}"
+        );
+        if version == 2 {
+            assert!(credits.is_empty(), "a version-2 client got {credits:?}");
+        } else {
+            assert_eq!(credits.first(), Some(&(8 << 20)), "{credits:?}");
+            assert_eq!(credits[1..].iter().sum::<u64>(), SENT as u64, "{credits:?}");
+        }
+        // Nothing follows `Finished`: the next request's answer comes first.
+        c.send(&Request::ListProfiles).await;
+        assert!(matches!(c.recv().await, Event::Profiles(_)), "v{version}");
+    }
+}
+
+/// A cancel behind stdin the job does not read: the daemon has stopped reading the
+/// connection (8 MiB wait for the job), yet the client library's `Cancel` gets through at
+/// once (it keeps its socket short, and the daemon reads a few frames ahead), and the job
+/// ends `Cancelled` long before its wall limit.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cancel_behind_unread_stdin_gets_through() {
+    if !require_root() {
+        return;
+    }
+    let daemon = Daemon::start(DaemonOpts::default());
+    let mut client = daemon.client().await;
+    let job = Job::new("import time\ntime.sleep(60)").limits(LimitOverrides {
+        wall_ms: Some(30_000),
+        ..Default::default()
+    });
+    let stdin = std::io::Cursor::new(vec![b'c'; 32 << 20]);
+    let mut handle = client.submit(&job, Some(stdin)).await.expect("submit");
+    // Drive the job (which pumps its stdin) for a while: far more than 8 MiB is offered.
+    let mut started = false;
+    let until = Instant::now() + Duration::from_millis(2000);
+    while Instant::now() < until {
+        match tokio::time::timeout(Duration::from_millis(200), handle.next_event()).await {
+            Ok(Ok(Some(vivarium_e2e::JobEvent::Started { .. }))) => started = true,
+            Ok(other) => panic!("unexpected {other:?}"),
+            Err(_) => {}
+        }
+    }
+    assert!(started, "the job did not start");
+    let asked = Instant::now();
+    let sent = tokio::time::timeout(Duration::from_secs(2), handle.cancel()).await;
+    assert!(
+        matches!(sent, Ok(Ok(true))),
+        "the cancel was not sent: {sent:?}"
+    );
+    let outcome = tokio::time::timeout(Duration::from_secs(5), finish(&mut handle))
+        .await
+        .expect("no outcome within 5 s of the cancel")
+        .expect("outcome");
+    eprintln!("cancelled behind unread stdin in {:?}", asked.elapsed());
+    assert_eq!(outcome.reason, Reason::Cancelled, "{outcome:#?}");
 }
 
 /// Scripts held at once are bounded by `max_code_bytes_total`, counted as their bytes

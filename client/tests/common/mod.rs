@@ -75,9 +75,16 @@ impl Conn {
                 code
             }
         };
+        if spec.stdin {
+            // As vivariumd on protocol 3: the stdin credit of a job's queue.
+            self.send(Event::StdinCredit(STDIN_CREDIT)).await;
+        }
         (spec, code)
     }
 }
+
+/// The first stdin credit the fake gives (the daemon's per-job stdin queue).
+pub const STDIN_CREDIT: u64 = 8 << 20;
 
 /// Serve one connection with `script`; the returned task fails if the script panics.
 pub fn serve<F, Fut>(script: F) -> (tempfile::TempDir, PathBuf, JoinHandle<()>)

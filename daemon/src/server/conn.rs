@@ -157,6 +157,12 @@ impl Receiving {
     }
 }
 
+/// A complete script and its share of `max_code_bytes_total`.
+struct Script {
+    code: Vec<u8>,
+    permit: OwnedSemaphorePermit,
+}
+
 /// `len` bytes of script out of the daemon's `max_code_bytes_total` (an empty script
 /// takes one), or `None` when other jobs' scripts hold too much of it.
 pub fn code_permit(daemon: &Daemon, len: usize) -> Option<OwnedSemaphorePermit> {
@@ -196,7 +202,8 @@ enum Backpressure {
 
 /// Queue `data` for the job's stdin: at once if the job's and the daemon's queued stdin
 /// have room for it, else (flow control) without reading the connection until they do,
-/// the job is over, or the client hangs up.
+/// the job is over, or the client hangs up. A protocol-3 client never gets here (it sends
+/// against credit); an older one's `Cancel` behind this waits with it.
 async fn queue_stdin(
     daemon: &Daemon,
     sock: &UnixSeqpacket,
@@ -393,7 +400,9 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket, peer: Peer) {
                             send_error(&sock, ErrorCode::Busy, why).await;
                             continue;
                         };
-                        running = start(&daemon, &sock, &peer, spec, code, ask, permit).await;
+                        running =
+                            start(&daemon, &sock, &peer, v, spec, Script { code, permit }, ask)
+                                .await;
                     }
                     Code::Chunked { len } => {
                         let max_code_bytes = daemon.live().config.max_code_bytes;
@@ -423,7 +432,7 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket, peer: Peer) {
                     }
                 }
             }
-            (Request::CodeChunk(chunk), Some(_)) => {
+            (Request::CodeChunk(chunk), Some(v)) => {
                 let Some(mut r) = receiving.take() else {
                     send_error(
                         &sock,
@@ -471,7 +480,11 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket, peer: Peer) {
                     // An empty script has held nothing yet: it takes its one byte now.
                     match r.permit.take().or_else(|| code_permit(&daemon, 0)) {
                         Some(p) => {
-                            running = start(&daemon, &sock, &peer, r.spec, r.code, r.ask, p).await;
+                            let script = Script {
+                                code: r.code,
+                                permit: p,
+                            };
+                            running = start(&daemon, &sock, &peer, v, r.spec, script, r.ask).await;
                         }
                         None => {
                             let why = code_budget_full(&daemon, 0);
@@ -532,11 +545,15 @@ async fn start(
     daemon: &Arc<Daemon>,
     sock: &Arc<UnixSeqpacket>,
     peer: &Peer,
+    version: u32,
     spec: JobSpec,
-    code: Vec<u8>,
+    script: Script,
     ask: PackageAsk,
-    code_permit: OwnedSemaphorePermit,
 ) -> Option<Running> {
+    let Script {
+        code,
+        permit: code_permit,
+    } = script;
     let refuse = |code: ErrorCode, msg: String| async move {
         send_error(sock, code, msg).await;
         None
@@ -618,7 +635,12 @@ async fn start(
         uid: peer.uid,
         active,
         packages,
+        credits: stdin_tx.is_some() && version >= 3,
     };
+    if request.credits {
+        // What the job's stdin queue holds; more follows as the job reads.
+        send(sock, &Event::StdinCredit(STDIN_QUEUED_PER_JOB as u64)).await;
+    }
     let over = Arc::new(AtomicBool::new(false));
     let done = tokio::spawn(job::run(
         daemon.clone(),

@@ -29,6 +29,9 @@ pub struct JobRequest {
     pub active: Arc<ActiveProfile>,
     /// Checked requirements (explicit and PEP 723); empty: no package environment.
     pub packages: Vec<crate::packages::spec::Req>,
+    /// Protocol 3+: the client sends stdin against credit; each chunk written to the job
+    /// gives its bytes back as `StdinCredit`.
+    pub credits: bool,
 }
 
 pub async fn run(
@@ -305,7 +308,8 @@ async fn execute(
         cap,
         over_cap.clone(),
     ));
-    let stdin_task = tokio::spawn(feed_stdin(in_w, stdin_prefix, stdin));
+    let credits = req.credits.then(|| sock.clone());
+    let stdin_task = tokio::spawn(feed_stdin(in_w, stdin_prefix, stdin, credits));
 
     let mut killed = late;
     let report: JobReport = loop {
@@ -327,6 +331,8 @@ async fn execute(
         }
     };
     stdin_task.abort();
+    // Its last credit event, if any, must go out before `Finished`.
+    let _ = stdin_task.await;
     // Every process of the job is gone, so the pipes reach EOF promptly. Free the slot
     // first all the same: a pump blocked on a client that stops reading would otherwise
     // hold it for as long as that client likes.
@@ -423,6 +429,7 @@ async fn feed_stdin(
     fd: OwnedFd,
     prefix: Vec<u8>,
     stdin: Option<mpsc::UnboundedReceiver<super::conn::StdinChunk>>,
+    credits: Option<Arc<UnixSeqpacket>>,
 ) {
     if prefix.is_empty() && stdin.is_none() {
         return; // dropping the write end: the job reads EOF
@@ -440,6 +447,11 @@ async fn feed_stdin(
         // The chunk's share of the queued stdin is given back once it is written.
         if pipe.write_all(&chunk.data).await.is_err() {
             break;
+        }
+        if let Some(sock) = &credits {
+            let written = chunk.data.len() as u64;
+            drop(chunk);
+            send(sock, &Event::StdinCredit(written)).await;
         }
     }
 }
