@@ -396,6 +396,18 @@ async fn a_bad_sighup_reload_keeps_the_old_profiles_and_says_why() {
     assert!(status.contains("last reload failed"), "{status}");
     assert_eq!(profile_names(&daemon), before);
 
+    // A config valid on its own whose scripts could never fit in the script budget the
+    // daemon runs with (`max_code_bytes_total` changes on restart only).
+    std::fs::write(
+        daemon.config_path(),
+        format!("{good_config}max_code_bytes = 536870912\nmax_code_bytes_total = 1073741824\n"),
+    )
+    .unwrap();
+    daemon.signal(Signal::SIGHUP);
+    let status = notes.wait_for("max_code_bytes");
+    assert!(status.contains("last reload failed"), "{status}");
+    assert_eq!(profile_names(&daemon), before);
+
     // Fixed: the next reload succeeds and STATUS= drops the complaint.
     std::fs::write(daemon.config_path(), good_config).unwrap();
     daemon.signal(Signal::SIGHUP);
