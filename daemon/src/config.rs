@@ -39,6 +39,8 @@ pub struct Config {
     /// Client connections open at once; past it a new connection gets `Busy` and is
     /// closed. Each costs the daemon a 64 KiB receive buffer.
     pub max_connections: usize,
+    /// Of those, the most one uid may have open; 0 is no per-uid limit.
+    pub max_connections_per_uid: usize,
     /// Jobs (running or queued) one uid may have at once; 0 is no per-uid limit.
     pub max_jobs_per_uid: usize,
     /// On SIGTERM, how long running jobs may go on before they are killed.
@@ -88,6 +90,7 @@ impl Default for Config {
             max_code_bytes: 16 << 20,
             max_code_bytes_total: 256 << 20,
             max_connections: 1024,
+            max_connections_per_uid: 0,
             max_jobs_per_uid: 0,
             shutdown_grace_ms: 5000,
             idle_exit_secs: 0,
@@ -212,6 +215,12 @@ impl Config {
         if self.max_connections == 0 || self.max_connections > 65536 {
             return Err(bad("max_connections", "must be 1..=65536"));
         }
+        if self.max_connections_per_uid > self.max_connections {
+            return Err(bad(
+                "max_connections_per_uid",
+                "must be at most max_connections (0 is no limit)",
+            ));
+        }
         if self.shutdown_grace_ms > 3_600_000 {
             return Err(bad("shutdown_grace_ms", "must be at most one hour"));
         }
@@ -319,6 +328,10 @@ mod tests {
         };
         assert_eq!(invalid("max_connections = 0"), "max_connections");
         assert_eq!(invalid("max_connections = 65537"), "max_connections");
+        assert_eq!(
+            invalid("max_connections = 4\nmax_connections_per_uid = 5"),
+            "max_connections_per_uid"
+        );
         assert_eq!(invalid("max_code_bytes = 0"), "max_code_bytes");
         // The total must hold at least one script of the largest size.
         assert_eq!(

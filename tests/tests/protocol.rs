@@ -277,6 +277,53 @@ async fn allowed_uids_are_admitted() {
     assert_admitted(&viv_as(&daemon, NOBODY, NOBODY));
 }
 
+/// `max_connections_per_uid`: root, holding its two places, is told `Busy` for a third
+/// connection while another uid is still served; a place root gives up is taken again.
+#[tokio::test(flavor = "multi_thread")]
+async fn connections_per_uid_are_capped() {
+    if !require_root() {
+        return;
+    }
+    let daemon = Daemon::start(
+        DaemonOpts::default()
+            .socket_mode("0666")
+            .allow_uid(NOBODY)
+            .config_line("max_connections_per_uid = 2"),
+    );
+    let mut open = Vec::new();
+    for _ in 0..2 {
+        let mut c = RawConn::connect(daemon.socket()).await;
+        c.hello().await;
+        open.push(c);
+    }
+    let mut third = RawConn::connect(daemon.socket()).await;
+    third.send_bytes(&hello()).await;
+    match third.recv().await {
+        Event::Error(WireError {
+            code: ErrorCode::Busy,
+            message,
+        }) => assert!(message.contains("max_connections_per_uid"), "{message}"),
+        other => panic!("expected Busy, got {other:?}"),
+    }
+    assert!(
+        third.recv_opt().await.is_none(),
+        "the refused connection stays open"
+    );
+    assert_admitted(&viv_as(&daemon, NOBODY, NOBODY));
+    drop(open.pop());
+    let mut served = false;
+    for _ in 0..50 {
+        let mut c = RawConn::connect(daemon.socket()).await;
+        c.send_bytes(&hello()).await;
+        if matches!(c.recv().await, Event::HelloAck(_)) {
+            served = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(served, "the place root gave up was not taken again");
+}
+
 /// The socket file's mode is the first gate: with 0660 root:root, an allowed uid still
 /// cannot connect.
 #[tokio::test(flavor = "multi_thread")]

@@ -180,6 +180,8 @@ pub struct Daemon {
     pub jobs: lifecycle::JobBook,
     /// Open client connections (idleness, `max_connections`).
     pub connections: AtomicUsize,
+    /// Open connections per peer uid (`max_connections_per_uid`).
+    connections_per_uid: Mutex<std::collections::HashMap<u32, usize>>,
     /// Connections being refused for `max_connections` (see [`refuse_connection`]).
     refusing: AtomicUsize,
     /// The scripts the daemon holds (arriving, queued or running), in bytes out of
@@ -243,6 +245,7 @@ impl Daemon {
             jobs: lifecycle::JobBook::default(),
             connections: AtomicUsize::new(0),
             refusing: AtomicUsize::new(0),
+            connections_per_uid: Mutex::default(),
             reload_error: Mutex::new(None),
             warm: warm::WarmPools::default(),
         }
@@ -266,12 +269,19 @@ impl Daemon {
     }
 }
 
-/// Counts a connection for as long as its task runs.
-struct ConnectionGuard(Arc<Daemon>);
+/// Counts a connection (in all, and for its peer's uid) for as long as its task runs.
+struct ConnectionGuard(Arc<Daemon>, u32);
 
 impl Drop for ConnectionGuard {
     fn drop(&mut self) {
         self.0.connections.fetch_sub(1, Ordering::SeqCst);
+        let mut per_uid = self.0.connections_per_uid.lock().expect("connections lock");
+        if let Some(n) = per_uid.get_mut(&self.1) {
+            *n -= 1;
+            if *n == 0 {
+                per_uid.remove(&self.1);
+            }
+        }
     }
 }
 
@@ -338,8 +348,24 @@ pub async fn serve(
                         refuse_connection(&daemon, sock, ErrorCode::Busy, why, conn::BUSY_DRAIN);
                         continue;
                     }
+                    let per_uid = live.config.max_connections_per_uid;
+                    let taken = {
+                        let mut counts = daemon.connections_per_uid.lock().expect("connections lock");
+                        let n = counts.entry(peer.uid).or_default();
+                        let room = per_uid == 0 || *n < per_uid;
+                        if room {
+                            *n += 1;
+                        }
+                        room
+                    };
+                    if !taken {
+                        tracing::warn!(uid = peer.uid, per_uid, "connection refused: max_connections_per_uid reached");
+                        let why = format!("uid {} has {per_uid} connections open (max_connections_per_uid); try again later", peer.uid);
+                        refuse_connection(&daemon, sock, ErrorCode::Busy, why, conn::BUSY_DRAIN);
+                        continue;
+                    }
                     daemon.connections.fetch_add(1, Ordering::SeqCst);
-                    let guard = ConnectionGuard(daemon.clone());
+                    let guard = ConnectionGuard(daemon.clone(), peer.uid);
                     tokio::spawn(async move {
                         conn::serve(guard.0.clone(), sock, peer).await;
                         drop(guard);
