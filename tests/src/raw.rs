@@ -63,17 +63,50 @@ impl RawConn {
             .expect("the daemon closed the connection")
     }
 
+    /// The daemon refused this connection: its first event is `Error{code}` whose message
+    /// names `needle`, and then the connection is closed.
+    pub async fn expect_refused(&mut self, code: vivarium_proto::ErrorCode, needle: &str) {
+        match self.recv().await {
+            Event::Error(e) if e.code == code => {
+                assert!(e.message.contains(needle), "{e:?} does not name {needle}")
+            }
+            other => panic!("expected {code:?}, got {other:?}"),
+        }
+        assert!(
+            self.recv_opt().await.is_none(),
+            "the refused connection stays open"
+        );
+    }
+
+    /// Whether a new connection's hello is answered within ~5 s of tries (a place given
+    /// up is free once the daemon has seen the close).
+    pub async fn served_again(path: &Path) -> bool {
+        for _ in 0..50 {
+            let mut c = RawConn::connect(path).await;
+            c.send(&hello_request()).await;
+            if matches!(c.recv().await, Event::HelloAck(_)) {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        false
+    }
+
     /// Hello with this build's version range; returns the ack.
     pub async fn hello(&mut self) -> HelloAck {
-        self.send(&Request::Hello(Hello {
-            min_version: MIN_PROTOCOL_VERSION,
-            max_version: PROTOCOL_VERSION,
-            client: "vivarium-e2e/raw".into(),
-        }))
-        .await;
+        self.send(&hello_request()).await;
         match self.recv().await {
             Event::HelloAck(ack) => ack,
             other => panic!("expected HelloAck, got {other:?}"),
         }
     }
+}
+
+/// A hello with this build's version range.
+fn hello_request() -> Request {
+    Request::Hello(Hello {
+        min_version: MIN_PROTOCOL_VERSION,
+        max_version: PROTOCOL_VERSION,
+        client: "vivarium-e2e/raw".into(),
+    })
 }

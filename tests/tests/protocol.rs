@@ -298,29 +298,12 @@ async fn connections_per_uid_are_capped() {
     }
     let mut third = RawConn::connect(daemon.socket()).await;
     third.send_bytes(&hello()).await;
-    match third.recv().await {
-        Event::Error(WireError {
-            code: ErrorCode::Busy,
-            message,
-        }) => assert!(message.contains("max_connections_per_uid"), "{message}"),
-        other => panic!("expected Busy, got {other:?}"),
-    }
-    assert!(
-        third.recv_opt().await.is_none(),
-        "the refused connection stays open"
-    );
+    third
+        .expect_refused(ErrorCode::Busy, "max_connections_per_uid")
+        .await;
     assert_admitted(&viv_as(&daemon, NOBODY, NOBODY));
     drop(open.pop());
-    let mut served = false;
-    for _ in 0..50 {
-        let mut c = RawConn::connect(daemon.socket()).await;
-        c.send_bytes(&hello()).await;
-        if matches!(c.recv().await, Event::HelloAck(_)) {
-            served = true;
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    let served = RawConn::served_again(daemon.socket()).await;
     assert!(served, "the place root gave up was not taken again");
 }
 

@@ -1378,17 +1378,9 @@ async fn connections_past_the_cap_are_refused() {
     }
     let mut fifth = RawConn::connect(daemon.socket()).await;
     fifth.send_bytes(&hello_frame()).await;
-    match fifth.recv().await {
-        Event::Error(WireError {
-            code: ErrorCode::Busy,
-            message,
-        }) => assert!(message.contains("max_connections"), "{message}"),
-        other => panic!("expected Busy, got {other:?}"),
-    }
-    assert!(
-        fifth.recv_opt().await.is_none(),
-        "the refused connection stays open"
-    );
+    fifth
+        .expect_refused(ErrorCode::Busy, "max_connections")
+        .await;
     // The open connections still work.
     let c = &mut open[0];
     c.send(&submit(
@@ -1402,15 +1394,6 @@ async fn connections_past_the_cap_are_refused() {
         (Reason::Ok, b"still served\n".to_vec())
     );
     drop(open.pop());
-    let mut served = false;
-    for _ in 0..50 {
-        let mut c = RawConn::connect(daemon.socket()).await;
-        c.send_bytes(&hello_frame()).await;
-        if matches!(c.recv().await, Event::HelloAck(_)) {
-            served = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let served = RawConn::served_again(daemon.socket()).await;
     assert!(served, "the freed connection place was not taken again");
 }
