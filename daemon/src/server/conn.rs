@@ -202,8 +202,9 @@ enum Backpressure {
 
 /// Queue `data` for the job's stdin: at once if the job's and the daemon's queued stdin
 /// have room for it, else (flow control) without reading the connection until they do,
-/// the job is over, or the client hangs up. A protocol-3 client never gets here (it sends
-/// against credit); an older one's `Cancel` behind this waits with it.
+/// the job is over, or the client hangs up. A protocol-3 client waits here only when all
+/// jobs together hold the daemon-wide stdin budget (its own credit keeps it within the
+/// job's); an older client's `Cancel` behind this waits with it.
 async fn queue_stdin(
     daemon: &Daemon,
     sock: &UnixSeqpacket,
