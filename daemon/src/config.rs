@@ -56,8 +56,11 @@ pub struct Config {
     pub uv: Option<PathBuf>,
     /// Where installed package environments are cached (survives restarts).
     pub package_cache_dir: PathBuf,
-    /// Size cap of that cache; least-recently-used environments are evicted past it.
+    /// Size cap of that cache (apparent bytes); least-recently-used environments are
+    /// evicted past it.
     pub package_cache_max_bytes: u64,
+    /// Inode cap of that cache (files, directories and links), evicted like the bytes.
+    pub package_cache_max_inodes: u64,
 }
 
 /// How log lines are written to stderr.
@@ -98,6 +101,7 @@ impl Default for Config {
             uv: None,
             package_cache_dir: PathBuf::from("/var/cache/vivarium/packages"),
             package_cache_max_bytes: 8 << 30,
+            package_cache_max_inodes: 4_000_000,
         }
     }
 }

@@ -7,6 +7,7 @@
 
 pub mod cgroup;
 pub mod config;
+pub mod egress;
 pub mod entry;
 pub mod packages;
 pub mod profile;

@@ -415,6 +415,38 @@ pub fn adopt_inherited_fd(fd: RawFd) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// Bring the loopback interface of the caller's network namespace up
+/// (`SIOCGIFFLAGS`/`SIOCSIFFLAGS` on `lo`, see netdevice(7)); needs CAP_NET_ADMIN over
+/// that namespace.
+pub fn loopback_up() -> io::Result<()> {
+    use nix::sys::socket::{socket, AddressFamily, SockFlag, SockType};
+    let sock = socket(
+        AddressFamily::Inet,
+        SockType::Datagram,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )?;
+    // SAFETY: ifreq is plain old data; all-zero is a valid value (empty name, no flags).
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, src) in req.ifr_name.iter_mut().zip(b"lo\0") {
+        *dst = *src as libc::c_char;
+    }
+    // SAFETY: `sock` is an open socket; `req` is a valid, NUL-terminated ifreq that
+    // outlives the call; SIOCGIFFLAGS writes only `ifr_ifru.ifru_flags` in it.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) } == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just filled the flags member of the union (SIOCGIFFLAGS).
+    unsafe {
+        req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+    }
+    // SAFETY: as above; SIOCSIFFLAGS only reads `req`.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) } == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Whether `fd` is an open descriptor (F_GETFD succeeds).
 pub fn fd_is_open(fd: RawFd) -> bool {
     // SAFETY: F_GETFD only reads the descriptor's flags; no memory is involved and an

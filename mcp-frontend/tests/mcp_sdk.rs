@@ -91,10 +91,16 @@ fn packages_setup(dir: &Path) -> Option<String> {
         .expect("make_wheelhouse.py");
     assert!(made.success(), "make_wheelhouse.py failed");
     let default = std::fs::read_to_string(profiles.join("default.toml")).expect("default.toml");
-    let offline = default.replace(
-        "index_url = \"https://pypi.org/simple\"",
-        &format!("find_links = {:?}", wheelhouse.display().to_string()),
-    );
+    // Offline: the wheelhouse in place of the index, and no hosts to reach.
+    let offline = default
+        .replace(
+            "index_url = \"https://pypi.org/simple\"",
+            &format!("find_links = {:?}", wheelhouse.display().to_string()),
+        )
+        .replace(
+            "allow_hosts = [\"files.pythonhosted.org\"]",
+            "allow_hosts = []",
+        );
     assert_ne!(
         offline, default,
         "default.toml has no index_url line to replace"

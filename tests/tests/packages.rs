@@ -45,6 +45,11 @@ struct Fixture {
 
 impl Fixture {
     fn new() -> Option<Fixture> {
+        Fixture::with_pth_port(9)
+    }
+
+    /// The wheelhouse with `vivpth`'s marker connection aimed at `port`.
+    fn with_pth_port(port: u16) -> Option<Fixture> {
         if !require_root() {
             return None;
         }
@@ -58,6 +63,7 @@ impl Fixture {
         let status = std::process::Command::new("/usr/bin/python3")
             .arg(workspace_dir().join("tests/packages/make_wheelhouse.py"))
             .arg(dir.path().join("wh"))
+            .arg(port.to_string())
             .status()
             .unwrap();
         assert!(status.success(), "make_wheelhouse.py failed");
@@ -76,7 +82,10 @@ impl Fixture {
     /// replaced (`(key, line)` as in `default_profile_with`).
     fn offline_profile(&self, extra: &[(&str, &str)]) -> String {
         let find_links = format!("find_links = {:?}", self.wheelhouse().display().to_string());
-        let mut repl = vec![("index_url", find_links.as_str())];
+        let mut repl = vec![
+            ("index_url", find_links.as_str()),
+            ("allow_hosts", "allow_hosts = []"),
+        ];
         repl.extend_from_slice(extra);
         default_profile_with(&repl)
     }
@@ -324,6 +333,192 @@ async fn an_unreachable_index_is_a_typed_error() {
     assert!(e.message.contains(&format!("127.0.0.1:{port}")), "{e:?}");
 }
 
+/// A planted loopback TCP listener that counts connections (never answers).
+fn planted_listener() -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let hits = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = hits.clone();
+    std::thread::spawn(move || {
+        for s in listener.incoming().flatten() {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            drop(s);
+        }
+    });
+    (port, hits)
+}
+
+/// The only cache entry's environment on the host.
+fn the_env(cache: &Path) -> PathBuf {
+    let mut envs: Vec<_> = std::fs::read_dir(cache.join("envs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(envs.len(), 1, "{envs:?}");
+    envs.pop().unwrap().join("env")
+}
+
+/// Finding 1: package code ran at install time (uv's `--compile-bytecode` started the
+/// environment's interpreter, whose `site` runs every `.pth`). Now nothing of a package
+/// runs at install: the marker its `.pth` writes into the environment is absent from
+/// the cached entry, and a listener it would connect to saw nothing. The same `.pth`
+/// does run in the job (its /tmp marker is there), so the probe is live.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pth_file_runs_no_code_at_install() {
+    let (port, hits) = planted_listener();
+    let Some(fx) = Fixture::with_pth_port(port) else {
+        return;
+    };
+    let daemon = fx.daemon();
+    let code = "import os, sys, vivpth\nprint(vivpth.RAN, os.path.exists('/tmp/vivpth-ran'), os.path.exists(os.path.join(sys.prefix, 'vivpth-ran-at-install')))\n";
+    let c = ok(&daemon, &job(code, &["vivpth"])).await;
+    assert_eq!(
+        String::from_utf8_lossy(&c.stdout),
+        "True True False\n",
+        "the .pth runs in the job (and cannot write the environment there)"
+    );
+    let env = the_env(&fx.cache());
+    let site = env.join("lib/python3.11/site-packages");
+    assert!(site.join("vivpth.pth").is_file(), "the .pth was installed");
+    assert!(
+        !env.join("vivpth-ran-at-install").exists(),
+        "the .pth ran during the install"
+    );
+    // Bytecode was compiled all the same (by `python -I -S -m compileall`).
+    let pycache: Vec<_> = std::fs::read_dir(site.join("vivpth/__pycache__"))
+        .expect("vivpth's bytecode")
+        .collect();
+    assert_eq!(pycache.len(), 1, "{pycache:?}");
+    assert_eq!(
+        hits.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "something connected to the planted listener"
+    );
+}
+
+/// Finding 3: the cache was keyed by what the install reported, so an install whose
+/// code rewrote its environment to look like another package set was stored under that
+/// set's key and served to whoever asked for it next. Now the key is the request: uid
+/// 65534 installs `vivevil` (a wheel that ships a module named `vivtiny` and a `.pth`
+/// that, run at install time, renames its metadata to `vivtiny 1.0`); root then asks
+/// for `vivtiny` and gets the genuine one, from its own build.
+#[tokio::test(flavor = "multi_thread")]
+async fn another_uids_package_cannot_pose_as_the_one_asked_for() {
+    let Some(fx) = Fixture::new() else { return };
+    const NOBODY: u32 = 65534;
+    let daemon = Daemon::start(
+        fx.opts(1 << 30)
+            .profile("offline", &fx.offline_profile(&[]))
+            .socket_mode("0666")
+            .allow_uid(NOBODY),
+    );
+    use std::os::unix::process::CommandExt;
+    let mut viv = daemon.viv_command();
+    viv.uid(NOBODY)
+        .gid(NOBODY)
+        .args(["run", "--profile", "offline", "--with", "vivevil", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = viv.spawn().unwrap();
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin
+            .write_all(b"import vivtiny\nprint(vivtiny.answer())\n")
+            .unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "666\n",
+        "the attacker's job: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        daemon.log()
+    );
+    let victim = ok(&daemon, &job(TINY, &["vivtiny"])).await;
+    assert_eq!(String::from_utf8_lossy(&victim.stdout), "42 /env\n");
+    let p = victim.packages.unwrap();
+    assert!(
+        !p.from_cache,
+        "the victim was served another request's entry: {p:?}"
+    );
+    assert_eq!(p.resolved, ["vivtiny==1.0"]);
+    assert_eq!(installs(&daemon), 2, "{}", daemon.log());
+    for e in std::fs::read_dir(fx.cache().join("envs")).unwrap() {
+        let env = e.unwrap().path().join("env");
+        assert!(!env.join("vivevil-ran-at-install").exists());
+    }
+}
+
+/// Findings 5 and 7: a build is bounded while it happens (a capped tmpfs in the
+/// sandbox), the failure names the limit and its value, and nothing reaches the host.
+#[tokio::test(flavor = "multi_thread")]
+async fn builds_past_the_byte_or_inode_cap_are_stopped_and_leave_nothing() {
+    let Some(fx) = Fixture::new() else { return };
+    let profile = fx.offline_profile(&[
+        ("max_env_bytes", "max_env_bytes = 2_097_152"),
+        ("max_env_inodes", "max_env_inodes = 1_000"),
+    ]);
+    let daemon = Daemon::start(fx.opts(1 << 30).profile("offline", &profile));
+    let e = refused(&daemon, &job("print(1)", &["vivbig"])).await;
+    assert_eq!(e.code, ErrorCode::EnvironmentTooLarge, "{e:?}");
+    assert!(
+        e.message.contains("max_env_bytes (2097152 bytes)") && e.message.contains("vivbig"),
+        "{e:?}"
+    );
+    let e = refused(&daemon, &job("print(1)", &["vivmany"])).await;
+    assert_eq!(e.code, ErrorCode::EnvironmentTooLarge, "{e:?}");
+    assert!(
+        e.message.contains("max_env_inodes (1000)") && e.message.contains("vivmany"),
+        "{e:?}"
+    );
+    assert_eq!(entries(&fx.cache()), 0);
+    let builds: Vec<_> = std::fs::read_dir(fx.cache().join("build"))
+        .unwrap()
+        .collect();
+    assert!(builds.is_empty(), "{builds:?}");
+    // The same profile still installs what fits.
+    let c = ok(&daemon, &job(TINY, &["vivtiny"])).await;
+    assert_eq!(String::from_utf8_lossy(&c.stdout), "42 /env\n");
+    let p = c.packages.unwrap();
+    assert!(p.env_bytes > 0 && p.env_bytes <= 2 << 20, "{p:?}");
+}
+
+/// Finding 6: entries were shared across profiles, and a hit skipped the size check.
+/// Now a profile with another package policy (here a smaller max_env_bytes, then a deny
+/// list) gets an entry of its own; a second name for the same policy shares it.
+#[tokio::test(flavor = "multi_thread")]
+async fn entries_are_not_served_across_package_policies() {
+    let Some(fx) = Fixture::new() else { return };
+    let strict = fx.offline_profile(&[("max_env_bytes", "max_env_bytes = 8_388_608")]);
+    let denying = fx.offline_profile(&[(
+        "max_env_bytes",
+        "max_env_bytes = 8_388_608\ndeny = [\"vivbig\"]",
+    )]);
+    let daemon = Daemon::start(
+        fx.opts(1 << 30)
+            .profile("offline", &fx.offline_profile(&[]))
+            .profile("same", &fx.offline_profile(&[]))
+            .profile("strict", &strict)
+            .profile("denying", &denying),
+    );
+    let run = |profile: &'static str| {
+        let daemon = &daemon;
+        async move {
+            let c = ok(daemon, &Job::new(TINY).profile(profile).package("vivtiny")).await;
+            assert_eq!(String::from_utf8_lossy(&c.stdout), "42 /env\n");
+            c.packages.unwrap().from_cache
+        }
+    };
+    assert!(!run("offline").await);
+    assert!(run("same").await, "the same policy shares the entry");
+    assert!(!run("strict").await, "a stricter limit builds its own");
+    assert!(!run("denying").await, "another deny list builds its own");
+    assert!(run("strict").await);
+    assert_eq!(entries(&fx.cache()), 3);
+}
+
 fn entries(cache: &Path) -> usize {
     std::fs::read_dir(cache.join("envs")).unwrap().count()
 }
@@ -331,9 +526,19 @@ fn entries(cache: &Path) -> usize {
 #[tokio::test(flavor = "multi_thread")]
 async fn least_recently_used_environments_are_evicted_past_the_cap() {
     let Some(fx) = Fixture::new() else { return };
-    // Each of these environments takes 110-140 KB: room for two.
+    // Measure one of these small environments (their apparent sizes differ by a few
+    // hundred bytes), then cap the cache at room for two and a half.
+    let size = {
+        let daemon = Daemon::start(
+            fx.opts(1 << 30)
+                .profile("offline", &fx.offline_profile(&[])),
+        );
+        let c = ok(&daemon, &job("import vivtiny", &["vivtiny"])).await;
+        c.packages.unwrap().env_bytes
+    };
+    std::fs::remove_dir_all(fx.cache()).unwrap();
     let daemon = Daemon::start(
-        fx.opts(300_000)
+        fx.opts(size * 5 / 2)
             .profile("offline", &fx.offline_profile(&[])),
     );
     ok(&daemon, &job("import vivtiny", &["vivtiny"])).await;
@@ -464,6 +669,57 @@ async fn a_version_1_client_is_served_as_before() {
     assert_eq!(installs(&daemon), 0);
 }
 
+/// Findings 7 and 8, against the real index: data-science stacks whose environments
+/// are 270-350 MB, tens of thousands of files, and shared libraries of 69-177 MB
+/// install on the shipped default profile (its own limits for the install, not the
+/// job's) and import in a job.
+#[tokio::test(flavor = "multi_thread")]
+async fn data_science_stacks_from_pypi_install_and_import() {
+    let Some(fx) = Fixture::new() else { return };
+    let daemon = Daemon::start(fx.opts(16 << 30));
+    let stacks: &[(&[&str], &str)] = &[
+        (
+            &["pandas", "matplotlib"],
+            "import pandas, matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\nprint(int(pandas.DataFrame({'a': [1, 2, 3]})['a'].sum()))\n",
+        ),
+        (
+            &["scikit-learn"],
+            "from sklearn.linear_model import LinearRegression\nprint(round(float(LinearRegression().fit([[0], [1], [2]], [0, 2, 4]).coef_[0]), 3))\n",
+        ),
+        (
+            &["pyarrow"],
+            "import pyarrow as pa\nprint(pa.array([1, 2, 3]).to_pylist())\n",
+        ),
+        (
+            &["polars"],
+            "import polars as pl\nprint(pl.DataFrame({'a': [1, 2, 3]})['a'].sum())\n",
+        ),
+        (
+            &["duckdb"],
+            "import duckdb\nprint(duckdb.sql('select 6 * 7').fetchall()[0][0])\n",
+        ),
+    ];
+    let expected = ["6\n", "2.0\n", "[1, 2, 3]\n", "6\n", "42\n"];
+    for ((pkgs, code), want) in stacks.iter().zip(expected) {
+        let mut j = Job::new(*code);
+        for p in *pkgs {
+            j = j.package(*p);
+        }
+        let c = ok(&daemon, &j).await;
+        assert_eq!(String::from_utf8_lossy(&c.stdout), want, "{pkgs:?}");
+        let p = c.packages.unwrap();
+        assert!(!p.from_cache, "{p:?}");
+        for name in *pkgs {
+            assert!(
+                p.resolved
+                    .iter()
+                    .any(|r| r.starts_with(&format!("{name}=="))),
+                "{pkgs:?}: {p:?}"
+            );
+        }
+    }
+}
+
 /// The one test against the real index: numpy from PyPI, then the cached environment.
 #[tokio::test(flavor = "multi_thread")]
 async fn numpy_from_pypi_installs_computes_and_is_reused() {
@@ -549,13 +805,21 @@ impl Index {
 
 fn index_profile(port: u16, extra: &[(&str, &str)]) -> String {
     let url = format!("index_url = \"http://127.0.0.1:{port}/simple\"");
-    let mut repl = vec![("index_url", url.as_str())];
+    let mut repl = vec![
+        ("index_url", url.as_str()),
+        ("allow_hosts", "allow_hosts = []"),
+    ];
     repl.extend_from_slice(extra);
     default_profile_with(&repl)
 }
 
+/// Finding 2: the install shared the host's network namespace. Now its only way out is
+/// the daemon's egress proxy, which allows the index's host and port alone: the whole
+/// index on one port installs; a wheel linked on another port, or on another loopback
+/// address at the index's port, is refused by the proxy (403) and its listener sees no
+/// connection.
 #[tokio::test(flavor = "multi_thread")]
-async fn the_install_reaches_the_index_port_and_no_other() {
+async fn the_install_reaches_the_index_through_the_proxy_and_nothing_else() {
     let Some(fx) = Fixture::new() else { return };
     // The whole index on one port: the install works over the network.
     let index = Index::start(fx.wheelhouse(), None, false);
@@ -570,7 +834,7 @@ async fn the_install_reaches_the_index_port_and_no_other() {
         "the index and the wheel were fetched over TCP"
     );
     drop(daemon);
-    // The index page on its port, the wheel on another: Landlock refuses that connect.
+    // The index page on its port, the wheel on another: the proxy refuses it.
     let files = Index::start(fx.wheelhouse(), None, false);
     let index = Index::start(fx.wheelhouse(), Some(files.port), false);
     let daemon = Daemon::start(
@@ -585,9 +849,68 @@ async fn the_install_reaches_the_index_port_and_no_other() {
         "a connection reached the other port: {e:?}"
     );
     assert!(
-        e.message.contains("Permission denied") || e.message.contains("os error 13"),
-        "expected Landlock's EACCES on connect: {e:?}"
+        e.message.contains("403") || e.message.contains("not on the allow-list"),
+        "expected the proxy's refusal: {e:?}\n{}",
+        daemon.log()
     );
+    assert!(daemon.log().contains("egress"), "{}", daemon.log());
+    drop(daemon);
+    // The wheel on 127.0.0.2 at the index's own port: another host, refused.
+    let page = IndexPage::start(|port| {
+        format!("http://127.0.0.2:{port}/files/vivtiny-1.0-py3-none-any.whl")
+    });
+    let other = std::net::TcpListener::bind(("127.0.0.2", page.port)).unwrap();
+    other.set_nonblocking(true).unwrap();
+    let daemon = Daemon::start(
+        fx.opts(1 << 30)
+            .profile("idx", &index_profile(page.port, &[])),
+    );
+    let e = refused(&daemon, &Job::new(TINY).profile("idx").package("vivtiny")).await;
+    assert!(
+        matches!(other.accept(), Err(ref e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "a connection reached 127.0.0.2"
+    );
+    assert!(
+        e.message.contains("403") || e.message.contains("not on the allow-list"),
+        "{e:?}"
+    );
+}
+
+/// An index page for `vivtiny` whose one link is `href(its own port)`.
+struct IndexPage {
+    port: u16,
+}
+
+impl IndexPage {
+    fn start(href: impl FnOnce(u16) -> String) -> IndexPage {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let href = href(port);
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut s) = stream else { continue };
+                let mut req = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => req.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let body = format!(
+                    "<!DOCTYPE html><html><body><a href=\"{href}\">vivtiny-1.0-py3-none-any.whl</a></body></html>"
+                );
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = s.write_all(head.as_bytes());
+                let _ = s.write_all(body.as_bytes());
+            }
+        });
+        IndexPage { port }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -630,6 +953,16 @@ async fn packages_work_under_the_units_capability_bounding_set() {
     assert_eq!(String::from_utf8_lossy(&c.stdout), "42 /env\n");
     let c = ok(&daemon, &job(TINY, &["vivtiny"])).await;
     assert!(c.packages.unwrap().from_cache);
+    drop(daemon);
+    // From an index: the install's own network namespace and its proxy's listener.
+    let index = Index::start(fx.wheelhouse(), None, false);
+    let daemon = Daemon::start(
+        fx.opts(1 << 30)
+            .profile("idx", &index_profile(index.port, &[]))
+            .exec_prefix(&["setpriv", "--bounding-set", &set]),
+    );
+    let c = ok(&daemon, &Job::new(TINY).profile("idx").package("vivtiny")).await;
+    assert_eq!(String::from_utf8_lossy(&c.stdout), "42 /env\n");
 }
 
 /// A warm profile with `warm.packages` keeps sandboxes whose environment is installed

@@ -2,21 +2,25 @@
 //!
 //! ```text
 //! <root>/                 0711 root   (jobs' host ids may only traverse)
-//!   envs/<key>/           0755        one complete environment
+//!   envs/<request>/       0755        one complete environment
 //!     env/                            the virtual environment (bound at /env)
-//!     meta.json                       resolved set, sizes, checksum of env/
+//!     meta.json                       request, resolved set, sizes, checksum of env/
 //!     COMPLETE                        written last, before the rename into envs/
 //!     last-used                       its mtime is the LRU clock
-//!   requests/<request>    0700        alias: a normalized request -> an entry key
-//!   build/<random>/       0711        environments being built (removed at start)
+//!   build/<random>/       0711        environments being copied in (removed at start)
 //!   locks/<request>       0700        flock(2): one build per request across processes
 //! ```
 //!
-//! An entry is keyed by a hash of (uv version, interpreter path and version, platform,
-//! index, wheelhouse, normalized resolved requirements). It is built in `build/`, made
-//! root-owned and read-only, checksummed, and renamed into `envs/` only when complete.
-//! An entry without `COMPLETE`, with unreadable metadata, or whose checksum does not
-//! match (checked on its first use after each daemon start) is removed and rebuilt.
+//! An entry is keyed by its request (see `install::Manager::request_key`): a hash of
+//! what was asked and of everything that decides what may be installed for it (uv
+//! version, interpreter identity, platform, index, wheelhouse, allowed hosts, the
+//! profile's package policy and limits). Never by what the install reports: the
+//! resolved set in `meta.json` is data for the user. An environment is copied out of
+//! its install sandbox into `build/`, made root-owned and read-only, counted (apparent
+//! bytes and inodes), checksummed, and renamed into `envs/` only when complete. An
+//! entry without `COMPLETE`, with unreadable metadata, whose metadata names another
+//! request, or whose checksum does not match (checked on its first use after each
+//! daemon start; bounded by the limits it was built under) is removed and rebuilt.
 //! Everything here is created by the daemon; nothing outside `<root>` is touched.
 
 use serde::{Deserialize, Serialize};
@@ -29,12 +33,16 @@ use std::sync::{Arc, Mutex};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Meta {
-    /// `name==version`, sorted.
+    /// The request key this entry was built for (its directory's name).
+    pub request: String,
+    /// `name==version`, sorted: what the install reported, shown to users, never a key.
     pub resolved: Vec<String>,
     pub python_version: String,
     pub uv_version: String,
-    /// Disk usage of `env/`.
+    /// Apparent size of `env/` (`tree::usage`).
     pub bytes: u64,
+    /// Files, directories and links in `env/`.
+    pub inodes: u64,
     /// SHA-256 over the manifest of `env/` (paths, types, modes, contents, link targets).
     pub checksum: String,
 }
@@ -55,6 +63,7 @@ impl Entry {
 pub struct Cache {
     root: PathBuf,
     max_bytes: u64,
+    max_inodes: u64,
     /// Entries whose checksum was verified since the daemon started.
     verified: Mutex<HashSet<String>>,
     /// Entries bound into a running job: never evicted.
@@ -120,15 +129,17 @@ fn random_name() -> String {
 
 impl Cache {
     /// Create (or reopen) the cache; remove leftovers of builds that never completed.
-    pub fn open(root: &Path, max_bytes: u64) -> std::io::Result<Cache> {
+    pub fn open(root: &Path, max_bytes: u64, max_inodes: u64) -> std::io::Result<Cache> {
         if let Some(parent) = root.parent() {
             std::fs::create_dir_all(parent)?;
         }
         mkdir_mode(root, 0o711)?;
         mkdir_mode(&root.join("envs"), 0o711)?;
         mkdir_mode(&root.join("build"), 0o711)?;
-        mkdir_mode(&root.join("requests"), 0o700)?;
         mkdir_mode(&root.join("locks"), 0o700)?;
+        // The aliases of the earlier layout (request -> an entry keyed by what its
+        // install reported): gone with that keying; its entries fail to load and go.
+        let _ = std::fs::remove_dir_all(root.join("requests"));
         for entry in std::fs::read_dir(root.join("build"))? {
             let entry = entry?;
             let _ = std::fs::remove_dir_all(entry.path());
@@ -136,6 +147,7 @@ impl Cache {
         Ok(Cache {
             root: root.to_owned(),
             max_bytes,
+            max_inodes,
             verified: Mutex::new(HashSet::new()),
             in_use: Arc::new(Mutex::new(HashMap::new())),
         })
@@ -145,35 +157,36 @@ impl Cache {
         &self.root
     }
 
-    fn alias(&self, request: &str) -> PathBuf {
-        self.root.join("requests").join(request)
-    }
-
-    /// Take the cross-process lock for one request (blocking).
-    pub fn lock_request(&self, request: &str) -> std::io::Result<nix::fcntl::Flock<std::fs::File>> {
+    /// Take the cross-process lock for one request of the cache at `root` (blocking).
+    pub fn lock_request_at(
+        root: &Path,
+        request: &str,
+    ) -> std::io::Result<nix::fcntl::Flock<std::fs::File>> {
+        if !is_key(request) {
+            return Err(std::io::Error::other("not a request key"));
+        }
         let file = std::fs::OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
-            .open(self.root.join("locks").join(request))?;
+            .open(root.join("locks").join(request))?;
         nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
             .map_err(|(_, e)| std::io::Error::from(e))
     }
 
-    /// The complete, intact entry a request maps to, if any. A broken entry is removed.
+    /// The complete, intact entry for a request, if any. A broken entry is removed.
     pub fn lookup(&self, request: &str) -> Option<Entry> {
-        let key = std::fs::read_to_string(self.alias(request)).ok()?;
-        let key = key.trim();
-        if key.len() != 64 || !key.bytes().all(|b| b.is_ascii_hexdigit()) {
-            let _ = std::fs::remove_file(self.alias(request));
+        if !is_key(request) {
             return None;
         }
-        match self.load(key) {
+        if !self.root.join("envs").join(request).exists() {
+            return None;
+        }
+        match self.load(request) {
             Ok(entry) => Some(entry),
             Err(why) => {
-                tracing::warn!(key, %why, "package cache entry is broken; rebuilding it");
-                self.remove_entry(key);
-                let _ = std::fs::remove_file(self.alias(request));
+                tracing::warn!(request, %why, "package cache entry is broken; rebuilding it");
+                self.remove_entry(request);
                 None
             }
         }
@@ -189,6 +202,9 @@ impl Cache {
             .map_err(|e| e.to_string())
             .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
             .map_err(|e| format!("metadata: {e}"))?;
+        if meta.request != key {
+            return Err(format!("its metadata names request {:?}", meta.request));
+        }
         let verified = self
             .verified
             .lock()
@@ -227,30 +243,29 @@ impl Cache {
         }
     }
 
-    /// A fresh build directory `build/<random>/` (mode 0700) with an empty `env/` in it.
+    /// A fresh, empty build directory `build/<random>/` (mode 0711): the caller copies
+    /// the environment into its `env/`.
     pub fn new_build(&self) -> std::io::Result<PathBuf> {
         let dir = self.root.join("build").join(random_name());
         std::fs::create_dir(&dir)?;
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o711))?;
-        let env = dir.join("env");
-        std::fs::create_dir(&env)?;
-        std::fs::set_permissions(&env, std::fs::Permissions::from_mode(0o700))?;
         Ok(dir)
     }
 
-    /// Turn a finished build into an entry: root-owned and read-only, checksummed,
-    /// marked complete, renamed into place; then point `request` at it. If an entry with
-    /// the same key appeared meanwhile, the build is discarded and that one is used.
-    pub fn commit(
-        &self,
-        build: &Path,
-        key: &str,
-        request: &str,
-        mut meta: Meta,
-    ) -> std::io::Result<Entry> {
+    /// Turn a finished build into the entry for `request`: root-owned and read-only,
+    /// counted, checksummed, marked complete, renamed into place. If the entry appeared
+    /// meanwhile (another process sharing the cache built the same request), the build
+    /// is discarded and that one is used.
+    pub fn commit(&self, build: &Path, request: &str, mut meta: Meta) -> std::io::Result<Entry> {
+        if !is_key(request) {
+            return Err(std::io::Error::other("not a request key"));
+        }
         let env = build.join("env");
         seal(&env)?;
-        meta.bytes = super::disk_usage(&env)?;
+        let usage = super::tree::usage(&env)?;
+        meta.request = request.to_owned();
+        meta.bytes = usage.bytes;
+        meta.inodes = usage.inodes;
         meta.checksum = checksum(&env)?;
         std::fs::write(build.join("meta.json"), serde_json::to_vec_pretty(&meta)?)?;
         std::fs::File::create(build.join("last-used"))?;
@@ -258,10 +273,10 @@ impl Cache {
         done.write_all(b"ok\n")?;
         done.sync_all()?;
         std::fs::set_permissions(build, std::fs::Permissions::from_mode(0o755))?;
-        let dest = self.root.join("envs").join(key);
+        let dest = self.root.join("envs").join(request);
         match std::fs::rename(build, &dest) {
             Ok(()) => {}
-            // rename(2) onto a non-empty directory: someone else built the same set.
+            // rename(2) onto a non-empty directory: someone else built the same request.
             Err(e) if dest.join("COMPLETE").is_file() => {
                 tracing::debug!(error = %e, "entry already built; discarding this build");
                 let _ = std::fs::remove_dir_all(build);
@@ -271,18 +286,21 @@ impl Cache {
         self.verified
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .remove(key);
-        let entry = self.load(key).map_err(std::io::Error::other)?;
-        let tmp = self.alias(&format!("{request}.tmp"));
-        std::fs::write(&tmp, key)?;
-        std::fs::rename(&tmp, self.alias(request))?;
-        Ok(entry)
+            .remove(request);
+        self.load(request).map_err(std::io::Error::other)
     }
 
     /// Remove a build that failed.
     pub fn discard(&self, build: &Path) {
         if build.starts_with(self.root.join("build")) {
             let _ = std::fs::remove_dir_all(build);
+        }
+    }
+
+    /// Remove an entry (one over its profile's limits).
+    pub fn remove(&self, key: &str) {
+        if is_key(key) {
+            self.remove_entry(key);
         }
     }
 
@@ -302,22 +320,22 @@ impl Cache {
             .remove(key);
     }
 
-    /// Evict least-recently-used entries not in use until the cache fits its cap.
-    /// Returns the evicted keys.
+    /// Evict least-recently-used entries not in use until the cache fits both of its
+    /// caps (apparent bytes and inodes). Returns the evicted keys.
     pub fn evict(&self) -> Vec<String> {
         let Ok(dir) = std::fs::read_dir(self.root.join("envs")) else {
             return Vec::new();
         };
-        let mut entries: Vec<(std::time::SystemTime, String, u64)> = Vec::new();
+        let mut entries: Vec<(std::time::SystemTime, String, u64, u64)> = Vec::new();
         for e in dir.flatten() {
             let key = e.file_name().to_string_lossy().into_owned();
             let path = e.path();
-            let bytes = std::fs::read(path.join("meta.json"))
+            let meta = std::fs::read(path.join("meta.json"))
                 .ok()
-                .and_then(|b| serde_json::from_slice::<Meta>(&b).ok())
-                .map(|m| m.bytes);
-            let Some(bytes) = bytes else {
-                // Broken: it is rebuilt when next asked for; free the space now.
+                .and_then(|b| serde_json::from_slice::<Meta>(&b).ok());
+            let Some(meta) = meta else {
+                // Broken (or of the earlier layout): rebuilt when next asked for; free
+                // the space now.
                 if !self.is_in_use(&key) {
                     self.remove_entry(&key);
                 }
@@ -326,24 +344,23 @@ impl Cache {
             let used = std::fs::metadata(path.join("last-used"))
                 .and_then(|m| m.modified())
                 .unwrap_or(std::time::UNIX_EPOCH);
-            entries.push((used, key, bytes));
+            entries.push((used, key, meta.bytes, meta.inodes));
         }
-        let mut total: u64 = entries.iter().map(|e| e.2).sum();
+        let mut bytes: u64 = entries.iter().map(|e| e.2).sum();
+        let mut inodes: u64 = entries.iter().map(|e| e.3).sum();
         entries.sort();
         let mut evicted = Vec::new();
-        for (_, key, bytes) in entries {
-            if total <= self.max_bytes {
+        for (_, key, b, i) in entries {
+            if bytes <= self.max_bytes && inodes <= self.max_inodes {
                 break;
             }
             if self.is_in_use(&key) {
                 continue;
             }
             self.remove_entry(&key);
-            total -= bytes;
+            bytes -= b;
+            inodes -= i;
             evicted.push(key);
-        }
-        if !evicted.is_empty() {
-            self.drop_dangling_aliases();
         }
         evicted
     }
@@ -354,24 +371,11 @@ impl Cache {
             .unwrap_or_else(|e| e.into_inner())
             .contains_key(key)
     }
+}
 
-    fn drop_dangling_aliases(&self) {
-        let Ok(dir) = std::fs::read_dir(self.root.join("requests")) else {
-            return;
-        };
-        for e in dir.flatten() {
-            let target = std::fs::read_to_string(e.path()).unwrap_or_default();
-            if !self
-                .root
-                .join("envs")
-                .join(target.trim())
-                .join("COMPLETE")
-                .is_file()
-            {
-                let _ = std::fs::remove_file(e.path());
-            }
-        }
-    }
+/// A request key: 64 lowercase hex digits (it names files under the cache root).
+fn is_key(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 /// Make a built environment root-owned (the daemon's ids) and read-only to everyone:
@@ -466,20 +470,22 @@ mod tests {
 
     fn meta() -> Meta {
         Meta {
+            request: String::new(),
             resolved: vec!["a==1".into()],
             python_version: "3.11.2".into(),
             uv_version: "uv 0".into(),
             bytes: 0,
+            inodes: 0,
             checksum: String::new(),
         }
     }
 
-    fn build_one(cache: &Cache, key: &str, request: &str, size: usize) -> Entry {
+    fn build_one(cache: &Cache, key: &str, size: usize) -> Entry {
         let b = cache.new_build().unwrap();
         std::fs::create_dir_all(b.join("env/lib")).unwrap();
         std::fs::write(b.join("env/lib/x.py"), vec![b'x'; size]).unwrap();
         std::os::unix::fs::symlink("/usr/bin/python3", b.join("env/python")).unwrap();
-        cache.commit(&b, key, request, meta()).unwrap()
+        cache.commit(&b, key, meta()).unwrap()
     }
 
     #[test]
@@ -488,54 +494,109 @@ mod tests {
         let root = tmp.path().join("cache");
         let key = "a".repeat(64);
         {
-            let cache = Cache::open(&root, 1 << 30).unwrap();
-            assert!(cache.lookup("req").is_none());
-            let e = build_one(&cache, &key, "req", 10);
+            let cache = Cache::open(&root, 1 << 30, 1 << 20).unwrap();
+            assert!(cache.lookup(&key).is_none());
+            assert!(
+                cache.lookup("../../etc").is_none(),
+                "only request keys name entries"
+            );
+            let e = build_one(&cache, &key, 10);
             assert_eq!(e.meta.resolved, ["a==1"]);
+            assert_eq!(e.meta.request, key);
+            // env/, lib/, lib/x.py, python: apparent bytes are the file's 10 and the
+            // link target's 16.
+            assert_eq!((e.meta.bytes, e.meta.inodes), (10 + 16, 4));
             let mode = std::fs::metadata(e.env().join("lib/x.py")).unwrap().mode();
             assert_eq!(mode & 0o777, 0o644);
-            assert!(cache.lookup("req").is_some());
+            assert!(cache.lookup(&key).is_some());
         }
         // A restart (new Cache) re-verifies; tampering is detected and the entry removed.
         let env = root.join("envs").join(&key).join("env/lib/x.py");
         std::fs::write(&env, b"tampered").unwrap();
-        let cache = Cache::open(&root, 1 << 30).unwrap();
-        assert!(cache.lookup("req").is_none());
+        let cache = Cache::open(&root, 1 << 30, 1 << 20).unwrap();
+        assert!(cache.lookup(&key).is_none());
         assert!(!root.join("envs").join(&key).exists());
         // A half-built entry (no COMPLETE) is not used either.
-        let e = build_one(&cache, &key, "req", 10);
+        let e = build_one(&cache, &key, 10);
         std::fs::remove_file(e.dir.join("COMPLETE")).unwrap();
-        let cache = Cache::open(&root, 1 << 30).unwrap();
-        assert!(cache.lookup("req").is_none());
+        let cache = Cache::open(&root, 1 << 30, 1 << 20).unwrap();
+        assert!(cache.lookup(&key).is_none());
+    }
+
+    /// An entry is served only for the request it was built for: one moved (or
+    /// planted) under another request's name is removed, not served.
+    #[test]
+    fn an_entry_under_another_requests_name_is_not_served() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("cache");
+        let cache = Cache::open(&root, 1 << 30, 1 << 20).unwrap();
+        let (a, b) = ("a".repeat(64), "b".repeat(64));
+        build_one(&cache, &a, 10);
+        std::fs::rename(root.join("envs").join(&a), root.join("envs").join(&b)).unwrap();
+        let cache = Cache::open(&root, 1 << 30, 1 << 20).unwrap();
+        assert!(cache.lookup(&b).is_none());
+        assert!(!root.join("envs").join(&b).exists());
     }
 
     #[test]
-    fn leftover_builds_are_removed_at_open() {
+    fn leftover_builds_and_the_old_layout_are_removed_at_open() {
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path().join("cache");
-        let cache = Cache::open(&root, 1 << 30).unwrap();
+        let cache = Cache::open(&root, 1 << 30, 1 << 20).unwrap();
         let b = cache.new_build().unwrap();
+        std::fs::create_dir(root.join("requests")).unwrap();
         drop(cache);
-        Cache::open(&root, 1 << 30).unwrap();
+        Cache::open(&root, 1 << 30, 1 << 20).unwrap();
         assert!(!b.exists());
+        assert!(!root.join("requests").exists());
     }
 
     #[test]
     fn lru_eviction_skips_entries_in_use() {
         let tmp = tempfile::tempdir().unwrap();
-        let cache = Cache::open(&tmp.path().join("c"), 200_000).unwrap();
+        let cache = Cache::open(&tmp.path().join("c"), 200_000, 1 << 20).unwrap();
         let k = |c: char| c.to_string().repeat(64);
-        let a = build_one(&cache, &k('a'), "ra", 90_000);
+        let a = build_one(&cache, &k('a'), 90_000);
         std::thread::sleep(std::time::Duration::from_millis(20));
-        let b = build_one(&cache, &k('b'), "rb", 90_000);
+        let b = build_one(&cache, &k('b'), 90_000);
         std::thread::sleep(std::time::Duration::from_millis(20));
         let _guard = cache.use_entry(&a); // a is now the most recent, and in use
         std::thread::sleep(std::time::Duration::from_millis(20));
-        build_one(&cache, &k('c'), "rc", 90_000);
+        build_one(&cache, &k('c'), 90_000);
         let evicted = cache.evict();
         assert_eq!(evicted, vec![k('b')]);
-        assert!(cache.lookup("rb").is_none());
-        assert!(cache.lookup("ra").is_some());
+        assert!(cache.lookup(&k('b')).is_none());
+        assert!(cache.lookup(&k('a')).is_some());
         assert!(!b.dir.exists());
+    }
+
+    /// Empty files cost no bytes but an inode each: the inode cap evicts them.
+    #[test]
+    fn eviction_counts_inodes_and_apparent_bytes() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = Cache::open(&tmp.path().join("c"), 1 << 30, 1_500).unwrap();
+        let k = |c: char| c.to_string().repeat(64);
+        let many = |key: &str| {
+            let b = cache.new_build().unwrap();
+            std::fs::create_dir_all(b.join("env")).unwrap();
+            for n in 0..1_000 {
+                std::fs::File::create(b.join(format!("env/{n}"))).unwrap();
+            }
+            cache.commit(&b, key, meta()).unwrap()
+        };
+        let first = many(&k('a'));
+        assert_eq!((first.meta.bytes, first.meta.inodes), (0, 1_001));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        many(&k('b'));
+        assert_eq!(cache.evict(), vec![k('a')]);
+        // A sparse file counts by its apparent size.
+        let cache = Cache::open(&tmp.path().join("d"), 1 << 20, 1 << 20).unwrap();
+        let b = cache.new_build().unwrap();
+        std::fs::create_dir_all(b.join("env")).unwrap();
+        let f = std::fs::File::create(b.join("env/sparse")).unwrap();
+        f.set_len(8 << 20).unwrap();
+        let e = cache.commit(&b, &k('f'), meta()).unwrap();
+        assert_eq!(e.meta.bytes, 8 << 20);
+        assert_eq!(cache.evict(), vec![k('f')]);
     }
 }

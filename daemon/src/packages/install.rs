@@ -1,27 +1,37 @@
 //! The install phase: resolve and install a job's requirements with `uv` into a new
 //! virtual environment, in a sandbox of its own, built by the same spawner machinery as
-//! a job (its own user, mount, pid, ipc, uts and cgroup namespaces; unprivileged uid;
-//! capabilities dropped; Landlock; seccomp; cgroup limits) with these differences:
+//! a job (its own user, mount, pid, net, ipc, uts and cgroup namespaces; unprivileged
+//! uid; capabilities dropped; Landlock; seccomp; cgroup limits) with these differences:
 //!
-//! - the payload is a small driver (Python, run by the profile's interpreter) that runs
-//!   `uv venv` and `uv pip install --only-binary :all:` (wheels only: no sdist's build
-//!   code ever runs), then `uv pip freeze`;
-//! - it may write only the environment being built (a host directory given to its uid,
-//!   bound at [`ENV_PATH`], noexec) and its own tmpfs mounts, where uv's cache lives
-//!   (`/tmp`, sized `max_env_bytes`: it bounds what the downloads unpack to);
-//! - network: with an index, the host's network namespace with Landlock allowing TCP
-//!   connect to the index's port and 53 only; with a wheelhouse alone, a fresh empty
-//!   network namespace (no network at all);
-//! - limits: `install_timeout_ms` wall clock, memory `max_env_bytes + 768 MiB`.
+//! - the payload is a small driver (`driver.py`, run by the profile's interpreter) that
+//!   runs `uv venv` and `uv pip install --only-binary :all:`, then compiles bytecode with
+//!   the base interpreter under `-I -S`, and reads the resolved set from the
+//!   `.dist-info` directories. No code of any package runs (docs/ARCHITECTURE.md, "No
+//!   package code at install time");
+//! - the environment is built on a tmpfs at [`ENV_PATH`] inside the sandbox, capped at
+//!   `max_env_bytes` and `max_env_inodes` as the writes happen; uv's cache is the
+//!   sandbox's `/tmp`, capped the same. Nothing the install writes reaches the host's
+//!   disk until the sandbox has ended: then the server copies the tree out
+//!   ([`super::tree::copy_tree`], through an fd the spawner took at `Running`), counting
+//!   apparent bytes and inodes against the same caps, into the cache;
+//! - network: with an index, a network namespace of its own with `lo` up, whose only
+//!   way out is the daemon's egress proxy on `127.0.0.1:EGRESS_PORT` ([`crate::egress`]),
+//!   allowing the index's host and port and the profile's `allow_hosts` alone (DNS is
+//!   the proxy's; nothing inside resolves a name); Landlock allows TCP connect to that
+//!   port only. With a wheelhouse alone, a fresh empty network namespace;
+//! - limits of its own: `install_timeout_ms` wall clock, memory for both tmpfs mounts
+//!   plus 768 MiB, 256 processes, 1024 fds, a file-size limit of `max_env_bytes`.
 
 use super::cache::{sha256_hex, Cache, Entry, InUse, Meta};
 use super::spec::Req;
+use super::tree::{TreeError, TreeLimits};
 use super::{PackageError, PackagesSection, ENV_PATH};
 use crate::profile::JobLimits;
-use crate::sandbox::plan::{self, JobPlan, MountStep};
+use crate::sandbox::plan::{self, JobPlan, MountStep, EGRESS_PORT};
 use crate::server::{ActiveProfile, Daemon};
 use crate::spawner::link::{FromSpawner, JobReport, KillCause};
 use std::collections::HashMap;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use tokio::io::AsyncReadExt;
@@ -35,6 +45,12 @@ const WHEELHOUSE: &str = "/wheelhouse";
 const DRIVER: &str = include_str!("driver.py");
 /// How much of uv's output the server keeps (for error messages).
 const OUTPUT_CAP: usize = 256 * 1024;
+/// Memory of the install besides its two tmpfs mounts (uv, the driver, compileall).
+const INSTALL_MEMORY_EXTRA: u64 = 768 << 20;
+/// Deepest directory nesting copied out of an install (site-packages trees are ~10).
+const MAX_ENV_DEPTH: usize = 64;
+/// Bumped when what a key covers changes: older entries are then never served.
+const KEY_LAYOUT: u32 = 2;
 
 /// A job's environment, ready to bind.
 pub struct Ready {
@@ -56,9 +72,51 @@ pub struct Manager {
     pub builds: std::sync::atomic::AtomicU64,
 }
 
+/// What a finished install sandbox left: its report, output, and the environment's
+/// directory (an fd to the sandbox's tmpfs, alive after the sandbox).
+struct Ran {
+    report: JobReport,
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+    env: Result<OwnedFd, String>,
+}
+
+/// The driver's last stdout line.
+#[derive(serde::Deserialize)]
+#[serde(untagged)]
+enum DriverResult {
+    Done {
+        resolved: Vec<String>,
+        python_version: String,
+        platform: String,
+    },
+    Failed {
+        failed: DriverFailure,
+    },
+}
+
+#[derive(serde::Deserialize)]
+struct DriverFailure {
+    step: String,
+    returncode: i32,
+    #[serde(default)]
+    space: HashMap<String, Option<Space>>,
+}
+
+#[derive(serde::Deserialize, Clone, Copy)]
+struct Space {
+    bytes_free: u64,
+    inodes_free: u64,
+}
+
 impl Manager {
     /// Check the uv binary (`uv --version`) and open the cache.
-    pub fn new(uv: &Path, cache_dir: &Path, max_bytes: u64) -> Result<Manager, String> {
+    pub fn new(
+        uv: &Path,
+        cache_dir: &Path,
+        max_bytes: u64,
+        max_inodes: u64,
+    ) -> Result<Manager, String> {
         if !uv.is_absolute() {
             return Err(format!("uv {} must be an absolute path", uv.display()));
         }
@@ -74,7 +132,7 @@ impl Manager {
                 uv.display()
             ));
         }
-        let cache = Cache::open(cache_dir, max_bytes)
+        let cache = Cache::open(cache_dir, max_bytes, max_inodes)
             .map_err(|e| format!("package cache {}: {e}", cache_dir.display()))?;
         Ok(Manager {
             uv: uv.to_owned(),
@@ -89,23 +147,68 @@ impl Manager {
         &self.uv_version
     }
 
-    /// The key of a request: what uniquely determines the resolution's inputs.
-    fn request_key(&self, profile: &ActiveProfile, reqs: &[Req]) -> String {
+    /// The key of a request, and of its cache entry: what was asked (the normalized
+    /// requirements), and everything that decides what may be installed for it and
+    /// from where. Never anything the install reports: an install cannot choose the
+    /// key it is stored under. Two profiles share entries only when their package
+    /// policies are the same.
+    pub fn request_key(&self, profile: &ActiveProfile, reqs: &[Req]) -> String {
         let p = &profile.profile.file;
+        let s = &p.packages;
         let mut texts: Vec<&str> = reqs.iter().map(|r| r.text.as_str()).collect();
         texts.sort_unstable();
+        let normalized = |names: &[String]| {
+            let mut v: Vec<String> = names
+                .iter()
+                .map(|n| super::spec::normalize_name(n))
+                .collect();
+            v.sort();
+            v.dedup();
+            v
+        };
         let doc = serde_json::json!({
+            "layout": KEY_LAYOUT,
             "uv": self.uv_version,
             "python": p.python.interpreter,
             // The interpreter's identity, so that an upgrade in place (same path, e.g.
             // /usr/bin/python3 moving to another minor version) misses the old entries.
             "python_file": interpreter_identity(&p.python.interpreter),
             "arch": std::env::consts::ARCH,
-            "index": p.packages.index_url,
-            "find_links": p.packages.find_links,
+            "os": std::env::consts::OS,
+            "index": s.index_url,
+            "find_links": s.find_links,
+            "egress": s.egress_allow(),
+            "policy": {
+                "allow": normalized(&s.allow),
+                "deny": normalized(&s.deny),
+                "max_env_bytes": s.max_env_bytes,
+                "max_env_inodes": s.max_env_inodes,
+            },
             "requirements": texts,
         });
         sha256_hex(doc.to_string().as_bytes())
+    }
+
+    /// Whether `entry` is the environment this daemon builds for `reqs` on `profile`
+    /// (its key is that request's, and its metadata says so): what a zygote may preload.
+    pub fn check_built_for(
+        &self,
+        profile: &ActiveProfile,
+        reqs: &[Req],
+        entry: &Entry,
+    ) -> Result<(), PackageError> {
+        let want = self.request_key(profile, reqs);
+        if entry.key != want || entry.meta.request != want {
+            return Err(PackageError::new(
+                ErrorCode::InstallFailed,
+                None,
+                format!(
+                    "the environment {} was not built for profile {:?}'s own warm.packages",
+                    entry.key, profile.profile.name
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// Find or build the environment for `reqs`. Cancelling (`cancel`) kills a running
@@ -118,7 +221,7 @@ impl Manager {
         cancel: &Notify,
     ) -> Result<Ready, PackageError> {
         let section = &profile.profile.file.packages;
-        check_enforceable(profile, daemon.facts.landlock_abi)?;
+        check_enforceable(profile, daemon.facts.landlock_abi, daemon.facts.rootless)?;
         let requested: Vec<String> = reqs.iter().map(|r| r.text.clone()).collect();
         let request = self.request_key(profile, reqs);
         let slot = {
@@ -132,36 +235,38 @@ impl Manager {
             key: &request,
         };
         let internal = |e: String| PackageError::new(ErrorCode::InstallFailed, None, e);
+        // Another process sharing the cache may hold it for a whole install: wait on a
+        // blocking thread, not on an async worker.
         let _flock = {
             let root = self.cache.root().to_owned();
             let request = request.clone();
-            tokio::task::spawn_blocking(move || {
-                let file = std::fs::OpenOptions::new()
-                    .create(true)
-                    .truncate(false)
-                    .write(true)
-                    .open(root.join("locks").join(&request))?;
-                nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
-                    .map_err(|(_, e)| std::io::Error::from(e))
-            })
-            .await
-            .map_err(|e| internal(format!("lock task: {e}")))?
-            .map_err(|e| internal(format!("package cache lock: {e}")))?
+            tokio::task::spawn_blocking(move || Cache::lock_request_at(&root, &request))
+                .await
+                .map_err(|e| internal(format!("lock task: {e}")))?
+                .map_err(|e| internal(format!("package cache lock: {e}")))?
         };
-        let cached = {
-            let request = request.clone();
-            // Checksumming an entry reads it all: off the async threads.
-            tokio::task::block_in_place(|| self.cache.lookup(&request))
-        };
+        // Checksumming an entry reads it all: off the async threads.
+        let cached = tokio::task::block_in_place(|| self.cache.lookup(&request));
         if let Some(entry) = cached {
-            let in_use = self.cache.use_entry(&entry);
-            return Ok(Ready {
-                entry,
-                from_cache: true,
-                install_ms: 0,
-                requested,
-                _in_use: in_use,
-            });
+            // The key covers the policy, so this holds unless the entry was tampered
+            // with; checked anyway, against the requesting profile's own limits.
+            if entry.meta.bytes <= section.max_env_bytes
+                && entry.meta.inodes <= section.max_env_inodes
+            {
+                let in_use = self.cache.use_entry(&entry);
+                return Ok(Ready {
+                    entry,
+                    from_cache: true,
+                    install_ms: 0,
+                    requested,
+                    _in_use: in_use,
+                });
+            }
+            tracing::warn!(
+                request,
+                "a cached environment is over its profile's limits; rebuilding it"
+            );
+            tokio::task::block_in_place(|| self.cache.remove(&request));
         }
         let started = std::time::Instant::now();
         let build = self
@@ -170,49 +275,17 @@ impl Manager {
             .map_err(|e| internal(format!("package cache: {e}")))?;
         self.builds
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let result = self
+        let meta = match self
             .install(daemon, profile, section, reqs, &build, cancel)
-            .await;
-        let (resolved, python_version) = match result {
-            Ok(r) => r,
+            .await
+        {
+            Ok(meta) => meta,
             Err(e) => {
-                self.cache.discard(&build);
+                tokio::task::block_in_place(|| self.cache.discard(&build));
                 return Err(e);
             }
         };
-        let env_bytes = super::disk_usage(&build.join("env")).unwrap_or(u64::MAX);
-        if env_bytes > section.max_env_bytes {
-            self.cache.discard(&build);
-            return Err(PackageError::new(
-                ErrorCode::EnvironmentTooLarge,
-                None,
-                format!(
-                    "the environment for {} takes {env_bytes} bytes, over the profile's max_env_bytes ({})",
-                    requested.join(", "),
-                    section.max_env_bytes
-                ),
-            ));
-        }
-        let key = {
-            let doc = serde_json::json!({
-                "uv": self.uv_version,
-                "python": profile.profile.file.python.interpreter,
-                "python_version": python_version,
-                "arch": std::env::consts::ARCH,
-                "index": section.index_url,
-                "find_links": section.find_links,
-                "resolved": resolved,
-            });
-            sha256_hex(doc.to_string().as_bytes())
-        };
-        let meta = Meta {
-            resolved,
-            python_version,
-            uv_version: self.uv_version.clone(),
-            bytes: 0,
-            checksum: String::new(),
-        };
-        let entry = tokio::task::block_in_place(|| self.cache.commit(&build, &key, &request, meta))
+        let entry = tokio::task::block_in_place(|| self.cache.commit(&build, &request, meta))
             .map_err(|e| {
                 self.cache.discard(&build);
                 internal(format!("package cache commit: {e}"))
@@ -234,7 +307,8 @@ impl Manager {
         })
     }
 
-    /// Run the install sandbox; returns (resolved `name==version`, Python version).
+    /// Run the install sandbox, then copy its environment into `build/env`; returns the
+    /// entry's metadata (sizes and checksum are filled in at commit).
     async fn install(
         &self,
         daemon: &Arc<Daemon>,
@@ -243,7 +317,8 @@ impl Manager {
         reqs: &[Req],
         build: &Path,
         cancel: &Notify,
-    ) -> Result<(Vec<String>, String), PackageError> {
+    ) -> Result<Meta, PackageError> {
+        let failed = |e: String| PackageError::new(ErrorCode::InstallFailed, None, e);
         let job_id = daemon
             .next_job
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -253,79 +328,238 @@ impl Manager {
             &self.uv,
             section,
             reqs,
-            build,
             daemon.facts.cgroup.is_none(),
         )
-        .map_err(|e| PackageError::new(ErrorCode::InstallFailed, None, e))?;
+        .map_err(failed)?;
         let names: Vec<&str> = reqs.iter().map(|r| r.name.as_str()).collect();
         tracing::info!(job_id, requirements = ?names, "installing packages");
-        let (report, stdout, stderr) = run_sandbox(daemon, &plan, cancel)
+        let policy = Arc::new(crate::egress::EgressPolicy::new(section.egress_allow()));
+        let ran = run_sandbox(daemon, &plan, policy, cancel)
             .await
-            .map_err(|e| PackageError::new(ErrorCode::InstallFailed, None, e))?;
-        let stderr = String::from_utf8_lossy(&stderr).into_owned();
-        if let Some(f) = &report.failure {
-            return Err(PackageError::new(
-                ErrorCode::InstallFailed,
-                None,
-                format!("the install sandbox failed at {}: {}", f.step, f.detail),
-            ));
+            .map_err(failed)?;
+        let (resolved, python_version) = judge(&ran, &names, section, &plan)?;
+        let env = ran.env.map_err(|e| {
+            failed(format!(
+                "the install's environment could not be collected: {e}"
+            ))
+        })?;
+        let limits = TreeLimits {
+            max_bytes: section.max_env_bytes,
+            max_inodes: section.max_env_inodes,
+            max_depth: MAX_ENV_DEPTH,
+        };
+        let dest = build.join("env");
+        std::fs::create_dir(&dest).map_err(|e| failed(format!("package cache: {e}")))?;
+        let copied =
+            tokio::task::spawn_blocking(move || super::tree::copy_tree(env, &dest, &limits))
+                .await
+                .map_err(|e| failed(format!("copy task: {e}")))?;
+        if let Err(e) = copied {
+            return Err(copy_error(&e, &names, section));
         }
-        match report.killed {
-            Some(KillCause::Timeout | KillCause::CpuLimit) => {
-                return Err(PackageError::new(
-                    ErrorCode::InstallTimeout,
-                    None,
-                    format!(
-                        "installing {} took longer than the profile's install_timeout_ms ({} ms)",
-                        names.join(", "),
-                        section.install_timeout_ms
-                    ),
-                ))
-            }
-            Some(cause) => {
-                return Err(PackageError::new(
-                    ErrorCode::InstallFailed,
-                    None,
-                    format!("the install was stopped ({cause:?})"),
-                ))
-            }
-            None => {}
-        }
-        if report.oom_kills > 0 || report.disk_full {
-            return Err(too_large(&names, section));
-        }
-        let ok = matches!(
-            report.exit,
-            Some(crate::sandbox::report::WaitStatus::Code(0))
-        );
-        if !ok {
-            return Err(classify(&stderr, &names, section));
-        }
-        #[derive(serde::Deserialize)]
-        struct Done {
-            resolved: Vec<String>,
-            python_version: String,
-            platform: String,
-        }
-        let text = String::from_utf8_lossy(&stdout);
-        let done: Done = text
-            .lines()
-            .rev()
-            .find_map(|l| serde_json::from_str(l).ok())
-            .ok_or_else(|| {
-                PackageError::new(
-                    ErrorCode::InstallFailed,
-                    None,
-                    format!("the install driver reported nothing: {}", tail(&stderr)),
-                )
-            })?;
-        let mut resolved = done.resolved;
-        resolved.sort();
-        // The entry key covers the wheel platform too (e.g. `linux-x86_64 glibc 2.36`).
-        Ok((
+        Ok(Meta {
+            request: String::new(),
             resolved,
-            format!("{} ({})", done.python_version, done.platform),
-        ))
+            python_version,
+            uv_version: self.uv_version.clone(),
+            bytes: 0,
+            inodes: 0,
+            checksum: String::new(),
+        })
+    }
+}
+
+/// What a finished install sandbox means: the resolved set and Python version, or the
+/// failure with its real cause (a limit named with its value, a signal, uv's error).
+fn judge(
+    ran: &Ran,
+    names: &[&str],
+    section: &PackagesSection,
+    plan: &JobPlan,
+) -> Result<(Vec<String>, String), PackageError> {
+    let report = &ran.report;
+    let stderr = String::from_utf8_lossy(&ran.stderr);
+    let failed = |m: String| PackageError::new(ErrorCode::InstallFailed, None, m);
+    if let Some(f) = &report.failure {
+        return Err(failed(format!(
+            "the install sandbox failed at {}: {}",
+            f.step, f.detail
+        )));
+    }
+    match report.killed {
+        Some(KillCause::Timeout | KillCause::CpuLimit) => {
+            return Err(PackageError::new(
+                ErrorCode::InstallTimeout,
+                None,
+                format!(
+                    "installing {} took longer than the profile's install_timeout_ms ({} ms)",
+                    names.join(", "),
+                    section.install_timeout_ms
+                ),
+            ))
+        }
+        Some(cause) => return Err(failed(format!("the install was stopped ({cause:?})"))),
+        None => {}
+    }
+    if report.oom_kills > 0 {
+        return Err(failed(format!(
+            "installing {} ran out of memory: the install's limit is {} bytes (2 x max_env_bytes for its tmpfs mounts + {} MiB)",
+            names.join(", "),
+            plan.cgroup.memory_bytes,
+            INSTALL_MEMORY_EXTRA >> 20
+        )));
+    }
+    let text = String::from_utf8_lossy(&ran.stdout);
+    let result = text
+        .lines()
+        .rev()
+        .find_map(|l| serde_json::from_str::<DriverResult>(l).ok());
+    let ok = matches!(
+        report.exit,
+        Some(crate::sandbox::report::WaitStatus::Code(0))
+    );
+    match result {
+        Some(DriverResult::Done {
+            resolved,
+            python_version,
+            platform,
+        }) if ok => {
+            let mut resolved: Vec<String> = resolved
+                .iter()
+                .filter_map(|r| {
+                    let (name, version) = r.split_once("==")?;
+                    Some(format!(
+                        "{}=={}",
+                        super::spec::normalize_name(name),
+                        version.trim()
+                    ))
+                })
+                .collect();
+            resolved.sort();
+            resolved.dedup();
+            Ok((resolved, format!("{python_version} ({platform})")))
+        }
+        Some(DriverResult::Failed { failed: f }) => Err(step_failure(&f, &stderr, names, section)),
+        _ => Err(failed(format!(
+            "the install driver reported nothing ({:?}): {}",
+            report.exit,
+            tail(&stderr)
+        ))),
+    }
+}
+
+/// A driver step that failed: the limit it ran into, the signal that killed it, or
+/// uv's own error.
+fn step_failure(
+    f: &DriverFailure,
+    stderr: &str,
+    names: &[&str],
+    section: &PackagesSection,
+) -> PackageError {
+    let what = names.join(", ");
+    let too_large = |m: String| PackageError::new(ErrorCode::EnvironmentTooLarge, None, m);
+    if f.returncode == -libc::SIGXFSZ {
+        return too_large(format!(
+            "installing {what}: {} wrote a file larger than the install's file-size limit ({} bytes, the profile's max_env_bytes)",
+            f.step, section.max_env_bytes
+        ));
+    }
+    if f.returncode < 0 {
+        return PackageError::new(
+            ErrorCode::InstallFailed,
+            None,
+            format!(
+                "installing {what}: the {} step was killed by signal {}: {}",
+                f.step,
+                -f.returncode,
+                tail(stderr)
+            ),
+        );
+    }
+    let full = stderr.contains("No space left on device") || stderr.contains("os error 28");
+    if full {
+        return out_of_space(f, stderr, &what, section);
+    }
+    classify(stderr, names, section)
+}
+
+/// Which tmpfs of the install ran out (the environment, or uv's cache in /tmp), and of
+/// what. The free space the driver measured after the failure is not enough on its own:
+/// uv removes its half-extracted files before it exits, so a cache that ran out of
+/// inodes has them back by then. uv's error names the path it failed on and the
+/// operation: creating an empty file or directory needs no block, only an inode.
+fn out_of_space(
+    f: &DriverFailure,
+    stderr: &str,
+    what: &str,
+    section: &PackagesSection,
+) -> PackageError {
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("No space left on device") || l.contains("os error 28"))
+        .unwrap_or("");
+    let path = line.split('`').nth(1).unwrap_or("");
+    let creating = [
+        "failed to create file",
+        "failed to create directory",
+        "create_dir",
+    ]
+    .iter()
+    .any(|op| line.contains(op));
+    let space = |p: &str| f.space.get(p).copied().flatten();
+    // The path uv names; without one, the cache if it is visibly full.
+    let cache_full = space("/tmp").is_some_and(|s| s.inodes_free == 0 || s.bytes_free == 0);
+    let in_cache = path.starts_with("/tmp") || (!path.starts_with(ENV_PATH) && cache_full);
+    let (place, name) = if in_cache {
+        ("/tmp", "uv's download cache (/tmp)")
+    } else {
+        (ENV_PATH, "the environment")
+    };
+    let inodes =
+        space(place).is_some_and(|s| s.inodes_free == 0 || (creating && s.bytes_free >= 64 << 10));
+    let message = if inodes {
+        format!(
+            "installing {what} needs more than the profile's max_env_inodes ({}) files in {name}",
+            section.max_env_inodes
+        )
+    } else {
+        format!(
+            "installing {what} needs more than the profile's max_env_bytes ({} bytes) in {name}",
+            section.max_env_bytes
+        )
+    };
+    PackageError::new(ErrorCode::EnvironmentTooLarge, None, message)
+}
+
+/// A copy out of the install that crossed a limit, or met what an environment never
+/// holds.
+fn copy_error(e: &TreeError, names: &[&str], section: &PackagesSection) -> PackageError {
+    let what = names.join(", ");
+    match e {
+        TreeError::TooLarge { .. } => PackageError::new(
+            ErrorCode::EnvironmentTooLarge,
+            None,
+            format!(
+                "the environment for {what} is larger than the profile's max_env_bytes ({} bytes, apparent size: sparse files count in full)",
+                section.max_env_bytes
+            ),
+        ),
+        TreeError::TooManyInodes { .. } => PackageError::new(
+            ErrorCode::EnvironmentTooLarge,
+            None,
+            format!(
+                "the environment for {what} holds more than the profile's max_env_inodes ({}) files",
+                section.max_env_inodes
+            ),
+        ),
+        other => PackageError::new(
+            ErrorCode::InstallFailed,
+            None,
+            format!(
+                "the environment for {what} was refused: {}",
+                crate::error_chain(other)
+            ),
+        ),
     }
 }
 
@@ -362,7 +596,11 @@ impl Drop for Forget<'_> {
 }
 
 /// Refuse what the host cannot enforce (fail closed).
-pub fn check_enforceable(profile: &ActiveProfile, kernel_abi: u32) -> Result<(), PackageError> {
+pub fn check_enforceable(
+    profile: &ActiveProfile,
+    kernel_abi: u32,
+    rootless: bool,
+) -> Result<(), PackageError> {
     let section = &profile.profile.file.packages;
     let refuse = |m: String| Err(PackageError::new(ErrorCode::PackageNotAllowed, None, m));
     if !section.enabled {
@@ -378,8 +616,240 @@ pub fn check_enforceable(profile: &ActiveProfile, kernel_abi: u32) -> Result<(),
                 "installing from an index needs Landlock TCP rules (ABI 4) to confine the install's network; kernel ABI {kernel_abi}, profile ABI {profile_abi}"
             ));
         }
+        if rootless {
+            return refuse(
+                "installing from an index needs a root daemon: the install's network namespace and its egress proxy are made by the spawner in the host's user namespace (a rootless daemon can use a wheelhouse, packages.find_links)".into(),
+            );
+        }
     }
     Ok(())
+}
+
+/// The install sandbox's plan: the profile's job plan, changed as the module docs say.
+pub fn install_plan(
+    job_id: u64,
+    profile: &ActiveProfile,
+    uv: &Path,
+    section: &PackagesSection,
+    reqs: &[Req],
+    without_cgroup: bool,
+) -> Result<JobPlan, String> {
+    let p = &profile.profile;
+    let limits = JobLimits {
+        wall_ms: section.install_timeout_ms,
+        cpu_ms: section.install_timeout_ms.saturating_mul(4),
+        // Both tmpfs mounts (the environment and uv's cache) are charged to the
+        // install's memory cgroup as they fill.
+        memory_bytes: section
+            .max_env_bytes
+            .saturating_mul(2)
+            .saturating_add(INSTALL_MEMORY_EXTRA),
+        pids: 256,
+        output_bytes: OUTPUT_CAP as u64,
+    };
+    let uv_name = uv.file_name().ok_or("uv has no file name")?;
+    let config = serde_json::json!({
+        "uv": Path::new(UV_DIR).join(uv_name),
+        "python": p.file.python.interpreter,
+        "env": ENV_PATH,
+        "requirements": reqs.iter().map(|r| r.text.as_str()).collect::<Vec<_>>(),
+        "index_url": section.index_url,
+        "find_links": section.find_links.as_ref().map(|_| WHEELHOUSE),
+    })
+    .to_string();
+    let mut plan = plan::build(
+        job_id,
+        p,
+        &limits,
+        &[config],
+        profile.seccomp.clone(),
+        without_cgroup,
+    );
+    let uv_dir = uv
+        .parent()
+        .ok_or_else(|| format!("uv {} has no parent directory", uv.display()))?;
+    // uv and the wheelhouse appear at fixed paths inside: the host paths may lie under
+    // one the sandbox builds itself (/tmp, /work), and nothing installed refers to them.
+    let mut mounts = vec![MountStep::BindRo {
+        source: uv_dir.to_owned(),
+        path: UV_DIR.into(),
+    }];
+    if let Some(dir) = &section.find_links {
+        mounts.push(MountStep::BindRo {
+            source: dir.clone(),
+            path: WHEELHOUSE.into(),
+        });
+    }
+    // Binds go before the generated /etc files and the tmpfs mounts, like the profile's.
+    let at = plan
+        .mounts
+        .iter()
+        .position(|m| matches!(m, MountStep::File { .. }))
+        .unwrap_or(0);
+    plan.mounts.splice(at..at, mounts);
+    let tmp = plan
+        .mounts
+        .iter()
+        .position(|m| matches!(m, MountStep::Tmpfs { path, .. } if path == Path::new("/tmp")))
+        .ok_or("the profile's plan has no /tmp")?;
+    // uv's cache: every download is unpacked here before it is copied into the
+    // environment. The install's own caps, not the job profile's.
+    plan.mounts[tmp] = MountStep::Tmpfs {
+        path: "/tmp".into(),
+        size: section.max_env_bytes,
+        inodes: section.max_env_inodes,
+        mode: 0o700,
+    };
+    // The environment: capped as the writes happen, gone with the sandbox unless the
+    // server copies it out.
+    plan.mounts.insert(
+        tmp + 1,
+        MountStep::Tmpfs {
+            path: ENV_PATH.into(),
+            size: section.max_env_bytes,
+            inodes: section.max_env_inodes,
+            mode: 0o700,
+        },
+    );
+    plan.export = Some(ENV_PATH.into());
+    plan.rlimits.fsize = section.max_env_bytes;
+    plan.rlimits.nofile = plan.rlimits.nofile.max(1024);
+    if section.index_url.is_some() {
+        plan.egress = true;
+        // The profile's seccomp policy with its `deny_socket_inet` filter in place of
+        // `deny_socket_local`: IPv4/IPv6 sockets (to the proxy on the namespace's own
+        // loopback) are allowed, netlink, packet and vsock sockets stay refused.
+        plan.seccomp = crate::sandbox::seccomp::load(&p.seccomp_path, true)
+            .map_err(|e| format!("seccomp policy: {}", crate::error_chain(&e)))?
+            .to_wire();
+        plan.landlock.tcp_connect = vec![EGRESS_PORT];
+        let proxy = format!("http://127.0.0.1:{EGRESS_PORT}");
+        for k in ["HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY"] {
+            plan.env.push((k.into(), proxy.clone()));
+        }
+    }
+    plan.landlock.exec_dirs.push(UV_DIR.into());
+    plan.landlock.write_dirs.push(ENV_PATH.into());
+    for (k, v) in [
+        ("UV_CACHE_DIR", "/tmp/uv-cache"),
+        ("UV_NO_CONFIG", "1"),
+        ("UV_PYTHON_DOWNLOADS", "never"),
+        ("UV_LINK_MODE", "copy"),
+        // The host's trust store (bound from /etc/ssl by the shipped profiles), not uv's
+        // bundled roots: operators behind a TLS-inspecting proxy add their CA there.
+        ("UV_SYSTEM_CERTS", "1"),
+        ("UV_NO_PROGRESS", "1"),
+        ("UV_HTTP_RETRIES", "1"),
+        ("UV_HTTP_TIMEOUT", "30"),
+        ("UV_CONCURRENT_DOWNLOADS", "4"),
+        ("UV_CONCURRENT_INSTALLS", "2"),
+        ("NO_COLOR", "1"),
+    ] {
+        plan.env.push((k.into(), v.into()));
+    }
+    Ok(plan)
+}
+
+/// Aborts a task when dropped (the egress proxy of an install that ended).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Run one install sandbox to its end, collecting (bounded) output, serving its egress
+/// proxy while it runs, and taking the directory fd it exports. Cancel kills it.
+async fn run_sandbox(
+    daemon: &Arc<Daemon>,
+    plan: &JobPlan,
+    policy: Arc<crate::egress::EgressPolicy>,
+    cancel: &Notify,
+) -> Result<Ran, String> {
+    let crate::server::job::Launched {
+        mut events,
+        stdin,
+        stdout: out_r,
+        stderr: err_r,
+    } = crate::server::job::launch(daemon, plan, DRIVER.as_bytes()).await?;
+    drop(stdin); // the driver reads nothing
+    let collect = |fd| async move {
+        let mut rx = tokio::net::unix::pipe::Receiver::from_owned_fd(fd)
+            .map_err(|e| format!("pipe: {e}"))?;
+        let mut out = Vec::new();
+        let mut buf = vec![0u8; 16384];
+        loop {
+            match rx.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) if out.len() < OUTPUT_CAP => {
+                    out.extend_from_slice(&buf[..n.min(OUTPUT_CAP - out.len())])
+                }
+                Ok(_) => {}
+            }
+        }
+        Ok::<_, String>(out)
+    };
+    let out = tokio::spawn(collect(out_r));
+    let err = tokio::spawn(collect(err_r));
+    let mut killed = false;
+    let mut proxy: Option<AbortOnDrop> = None;
+    let mut env: Result<OwnedFd, String> = Err("the sandbox never ran".into());
+    let report = loop {
+        tokio::select! {
+            msg = events.recv() => match msg {
+                Some(FromSpawner::Finished { report, .. }) => break *report,
+                Some(FromSpawner::Egress { listener, .. }) => {
+                    let served = listener
+                        .take()
+                        .ok_or_else(|| "no listener came with it".to_owned())
+                        .and_then(|fd| {
+                            let std = std::net::TcpListener::from(fd);
+                            std.set_nonblocking(true).map_err(|e| e.to_string())?;
+                            tokio::net::TcpListener::from_std(std).map_err(|e| e.to_string())
+                        });
+                    match served {
+                        Ok(listener) => {
+                            let stats = Arc::new(crate::egress::EgressStats::default());
+                            proxy = Some(AbortOnDrop(tokio::spawn(crate::egress::serve(
+                                listener,
+                                policy.clone(),
+                                stats,
+                                plan.job_id,
+                            ))));
+                        }
+                        Err(e) => {
+                            // No way out at all: the install fails on its own, as it
+                            // would with the index down; say why in the log.
+                            tracing::error!(job_id = plan.job_id, error = %e, "egress proxy not started");
+                        }
+                    }
+                }
+                Some(FromSpawner::Exported { dir, error, .. }) => {
+                    env = match (dir.take(), error) {
+                        (Some(fd), _) => Ok(fd),
+                        (None, Some(e)) => Err(e),
+                        (None, None) => Err("no directory fd came".into()),
+                    };
+                }
+                Some(_) => {}
+                None => return Err("the spawner went away".into()),
+            },
+            () = cancel.notified(), if !killed => {
+                killed = true;
+                daemon.spawner.kill(plan.job_id, KillCause::Cancelled).await;
+            }
+        }
+    };
+    drop(proxy);
+    let stdout = out.await.map_err(|e| e.to_string())??;
+    let stderr = err.await.map_err(|e| e.to_string())??;
+    Ok(Ran {
+        report,
+        stdout,
+        stderr,
+        env,
+    })
 }
 
 fn too_large(names: &[&str], section: &PackagesSection) -> PackageError {
@@ -495,123 +965,6 @@ pub fn classify(stderr: &str, names: &[&str], section: &PackagesSection) -> Pack
     )
 }
 
-/// The install sandbox's plan: the profile's job plan, changed as the module docs say.
-pub fn install_plan(
-    job_id: u64,
-    profile: &ActiveProfile,
-    uv: &Path,
-    section: &PackagesSection,
-    reqs: &[Req],
-    build: &Path,
-    without_cgroup: bool,
-) -> Result<JobPlan, String> {
-    let p = &profile.profile;
-    let limits = JobLimits {
-        wall_ms: section.install_timeout_ms,
-        cpu_ms: section.install_timeout_ms.saturating_mul(4),
-        memory_bytes: section.max_env_bytes + (768 << 20),
-        pids: 256,
-        output_bytes: OUTPUT_CAP as u64,
-    };
-    let uv_name = uv.file_name().ok_or("uv has no file name")?;
-    let mut config = serde_json::json!({
-        "uv": Path::new(UV_DIR).join(uv_name),
-        "python": p.file.python.interpreter,
-        "env": ENV_PATH,
-        "requirements": reqs.iter().map(|r| r.text.as_str()).collect::<Vec<_>>(),
-        "index_url": section.index_url,
-        "find_links": section.find_links.as_ref().map(|_| WHEELHOUSE),
-    });
-    let config = std::mem::take(&mut config).to_string();
-    let mut plan = plan::build(
-        job_id,
-        p,
-        &limits,
-        &[config],
-        profile.seccomp.clone(),
-        without_cgroup,
-    );
-    let uv_dir = uv
-        .parent()
-        .ok_or_else(|| format!("uv {} has no parent directory", uv.display()))?;
-    // uv and the wheelhouse appear at fixed paths inside: the host paths may lie under
-    // one the sandbox builds itself (/tmp, /work), and nothing installed refers to them.
-    let mut mounts = vec![MountStep::BindRo {
-        source: uv_dir.to_owned(),
-        path: UV_DIR.into(),
-    }];
-    if let Some(dir) = &section.find_links {
-        mounts.push(MountStep::BindRo {
-            source: dir.clone(),
-            path: WHEELHOUSE.into(),
-        });
-    }
-    mounts.push(MountStep::BindRw {
-        source: build.join("env"),
-        path: ENV_PATH.into(),
-    });
-    // Binds go before the generated /etc files and the tmpfs mounts, like the profile's.
-    let at = plan
-        .mounts
-        .iter()
-        .position(|m| matches!(m, MountStep::File { .. }))
-        .unwrap_or(0);
-    plan.mounts.splice(at..at, mounts);
-    for m in &mut plan.mounts {
-        if let MountStep::Tmpfs { path, size, .. } = m {
-            if path == Path::new("/tmp") {
-                // uv's cache: every download is unpacked here before it is copied into
-                // the environment, so this bounds the environment too.
-                *size = section.max_env_bytes;
-            }
-        }
-    }
-    if let Some(url) = &section.index_url {
-        let port = super::index_port(url)?;
-        plan.host_network = true;
-        // The profile's seccomp policy with its `deny_socket_inet` filter in place of
-        // `deny_socket_local`: IPv4/IPv6 sockets (for the index and DNS) are allowed,
-        // netlink, packet and vsock sockets stay refused.
-        plan.seccomp = crate::sandbox::seccomp::load(&p.seccomp_path, true)
-            .map_err(|e| format!("seccomp policy: {}", crate::error_chain(&e)))?
-            .to_wire();
-        let mut ports = vec![port, 53];
-        ports.dedup();
-        plan.landlock.tcp_connect = ports;
-        // Name resolution needs the host's resolver configuration.
-        for m in &mut plan.mounts {
-            if let MountStep::File { path, contents } = m {
-                for host in ["/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf"] {
-                    if path == Path::new(host) {
-                        *contents = std::fs::read_to_string(host).unwrap_or_default();
-                    }
-                }
-            }
-        }
-    }
-    plan.landlock.exec_dirs.push(UV_DIR.into());
-    plan.landlock.write_dirs.push(ENV_PATH.into());
-    plan.own_dirs = vec![build.join("env")];
-    for (k, v) in [
-        ("UV_CACHE_DIR", "/tmp/uv-cache"),
-        ("UV_NO_CONFIG", "1"),
-        ("UV_PYTHON_DOWNLOADS", "never"),
-        ("UV_LINK_MODE", "copy"),
-        // The host's trust store (bound from /etc/ssl by the shipped profiles), not uv's
-        // bundled roots: operators behind a TLS-inspecting proxy add their CA there.
-        ("UV_SYSTEM_CERTS", "1"),
-        ("UV_NO_PROGRESS", "1"),
-        ("UV_HTTP_RETRIES", "1"),
-        ("UV_HTTP_TIMEOUT", "30"),
-        ("UV_CONCURRENT_DOWNLOADS", "4"),
-        ("UV_CONCURRENT_INSTALLS", "2"),
-        ("NO_COLOR", "1"),
-    ] {
-        plan.env.push((k.into(), v.into()));
-    }
-    Ok(plan)
-}
-
 /// The job plan of a job that uses `env`: the environment bound read-only at
 /// [`ENV_PATH`], and its `bin/python` (a symlink to the profile's interpreter, so
 /// `pyvenv.cfg` makes `site` add its site-packages, also under `-I`) as argv[0].
@@ -633,56 +986,6 @@ pub fn use_env(plan: &mut JobPlan, env: &Path) {
     if let Some(a0) = plan.argv.first_mut() {
         *a0 = python;
     }
-}
-
-/// Run one sandbox to its end, collecting (bounded) output. Cancel kills it.
-async fn run_sandbox(
-    daemon: &Arc<Daemon>,
-    plan: &JobPlan,
-    cancel: &Notify,
-) -> Result<(JobReport, Vec<u8>, Vec<u8>), String> {
-    let crate::server::job::Launched {
-        mut events,
-        stdin,
-        stdout: out_r,
-        stderr: err_r,
-    } = crate::server::job::launch(daemon, plan, DRIVER.as_bytes()).await?;
-    drop(stdin); // the driver reads nothing
-    let collect = |fd| async move {
-        let mut rx = tokio::net::unix::pipe::Receiver::from_owned_fd(fd)
-            .map_err(|e| format!("pipe: {e}"))?;
-        let mut out = Vec::new();
-        let mut buf = vec![0u8; 16384];
-        loop {
-            match rx.read(&mut buf).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) if out.len() < OUTPUT_CAP => {
-                    out.extend_from_slice(&buf[..n.min(OUTPUT_CAP - out.len())])
-                }
-                Ok(_) => {}
-            }
-        }
-        Ok::<_, String>(out)
-    };
-    let out = tokio::spawn(collect(out_r));
-    let err = tokio::spawn(collect(err_r));
-    let mut killed = false;
-    let report = loop {
-        tokio::select! {
-            msg = events.recv() => match msg {
-                Some(FromSpawner::Finished { report, .. }) => break *report,
-                Some(_) => {}
-                None => return Err("the spawner went away".into()),
-            },
-            () = cancel.notified(), if !killed => {
-                killed = true;
-                daemon.spawner.kill(plan.job_id, KillCause::Cancelled).await;
-            }
-        }
-    };
-    let stdout = out.await.map_err(|e| e.to_string())??;
-    let stderr = err.await.map_err(|e| e.to_string())??;
-    Ok((report, stdout, stderr))
 }
 
 impl Ready {
@@ -707,7 +1010,7 @@ pub async fn for_job(
     match &daemon.packages {
         Ok(m) => m.prepare(daemon, profile, reqs, cancel).await,
         Err(why) => {
-            check_enforceable(profile, daemon.facts.landlock_abi)?;
+            check_enforceable(profile, daemon.facts.landlock_abi, daemon.facts.rootless)?;
             Err(PackageError::new(
                 ErrorCode::PackageNotAllowed,
                 None,
@@ -755,26 +1058,42 @@ mod tests {
         }
     }
 
+    fn tmpfs(plan: &JobPlan, at: &str) -> Option<(u64, u64)> {
+        plan.mounts.iter().find_map(|m| match m {
+            MountStep::Tmpfs {
+                path, size, inodes, ..
+            } if path == Path::new(at) => Some((*size, *inodes)),
+            _ => None,
+        })
+    }
+
     #[test]
-    fn a_wheelhouse_install_has_no_network_and_writes_only_its_environment() {
+    fn a_wheelhouse_install_has_no_network_and_writes_only_its_capped_tmpfs() {
         let a = active(PackagesSection {
             enabled: true,
             find_links: Some("/srv/wheels".into()),
             max_env_bytes: 64 << 20,
+            max_env_inodes: 5_000,
             ..Default::default()
         });
-        let build = Path::new("/var/cache/x/build/abc");
         let uv = Path::new("/opt/vivarium/uv/bin/uv");
         let s = &a.profile.file.packages;
-        let plan = install_plan(9, &a, uv, s, &[req("numpy")], build, false).unwrap();
-        assert!(!plan.host_network);
+        let plan = install_plan(9, &a, uv, s, &[req("numpy")], false).unwrap();
+        assert!(!plan.egress, "a fresh empty network namespace");
         assert!(plan.landlock.tcp_connect.is_empty());
         assert_eq!(plan.seccomp, a.seccomp, "the profile's no-network filters");
-        assert_eq!(plan.own_dirs, vec![build.join("env")]);
-        assert!(plan.mounts.contains(&MountStep::BindRw {
-            source: build.join("env"),
-            path: ENV_PATH.into()
-        }));
+        // The environment is a tmpfs in the sandbox, capped in bytes and inodes, and
+        // exported to the server: no host directory is writable.
+        assert_eq!(tmpfs(&plan, ENV_PATH), Some((64 << 20, 5_000)));
+        assert_eq!(tmpfs(&plan, "/tmp"), Some((64 << 20, 5_000)), "uv's cache");
+        assert_eq!(plan.export, Some(PathBuf::from(ENV_PATH)));
+        assert!(
+            plan.mounts.iter().all(
+                |m| !matches!(m, MountStep::BindRo { path, .. } if path == Path::new(ENV_PATH))
+            ),
+            "{:?}",
+            plan.mounts
+        );
         assert!(plan.mounts.contains(&MountStep::BindRo {
             source: "/opt/vivarium/uv/bin".into(),
             path: UV_DIR.into()
@@ -791,17 +1110,13 @@ mod tests {
         );
         assert!(plan.landlock.exec_dirs.contains(&PathBuf::from(UV_DIR)));
         assert!(!plan.landlock.exec_dirs.contains(&PathBuf::from(ENV_PATH)));
-        let tmp = plan.mounts.iter().find_map(|m| match m {
-            MountStep::Tmpfs { path, size, .. } if path == Path::new("/tmp") => Some(*size),
-            _ => None,
-        });
-        assert_eq!(
-            tmp,
-            Some(64 << 20),
-            "uv's cache is bounded by max_env_bytes"
-        );
+        // The install's own limits, not the job's (whose fsize is 64 MiB, nofile 256).
+        assert_eq!(plan.rlimits.fsize, 64 << 20);
+        assert_eq!(plan.rlimits.nofile, 1024);
+        assert_eq!(plan.cgroup.memory_bytes, (128 << 20) + INSTALL_MEMORY_EXTRA);
         assert_eq!(plan.wall_ms, s.install_timeout_ms);
         assert!(plan.env.contains(&("UV_NO_CONFIG".into(), "1".into())));
+        assert!(!plan.env.iter().any(|(k, _)| k.contains("PROXY")));
         let cfg: serde_json::Value = serde_json::from_str(plan.argv.last().unwrap()).unwrap();
         assert_eq!(cfg["uv"], "/uv/uv");
         assert_eq!(cfg["find_links"], WHEELHOUSE);
@@ -809,7 +1124,7 @@ mod tests {
     }
 
     #[test]
-    fn an_index_install_may_connect_to_the_index_port_and_dns_only() {
+    fn an_index_install_reaches_only_the_egress_proxy() {
         let a = active(PackagesSection {
             enabled: true,
             index_url: Some("https://pypi.example:8443/simple".into()),
@@ -817,19 +1132,222 @@ mod tests {
         });
         let s = &a.profile.file.packages;
         let uv = Path::new("/opt/vivarium/uv/bin/uv");
-        let plan = install_plan(9, &a, uv, s, &[req("numpy")], Path::new("/c/b"), false).unwrap();
-        assert!(plan.host_network);
-        assert_eq!(plan.landlock.tcp_connect, vec![8443, 53]);
+        let plan = install_plan(9, &a, uv, s, &[req("numpy")], false).unwrap();
+        assert!(plan.egress, "a network namespace of its own with the proxy");
+        assert_eq!(plan.landlock.tcp_connect, vec![EGRESS_PORT]);
         assert_ne!(plan.seccomp, a.seccomp, "the inet variant of the policy");
-        // A kernel without Landlock TCP rules is refused, never run unconfined.
-        let e = check_enforceable(&a, 3).unwrap_err();
+        let proxy = format!("http://127.0.0.1:{EGRESS_PORT}");
+        assert!(plan.env.contains(&("HTTPS_PROXY".into(), proxy.clone())));
+        assert!(plan.env.contains(&("HTTP_PROXY".into(), proxy)));
+        // Nothing inside resolves names: the sandbox's resolver configuration is empty.
+        assert!(plan.mounts.contains(&MountStep::File {
+            path: "/etc/resolv.conf".into(),
+            contents: String::new()
+        }));
+        assert_eq!(s.egress_allow(), [("pypi.example".to_owned(), 8443)]);
+        // A kernel without Landlock TCP rules, or a rootless daemon, is refused, never
+        // run unconfined.
+        let e = check_enforceable(&a, 3, false).unwrap_err();
         assert_eq!(e.code, ErrorCode::PackageNotAllowed);
-        assert!(check_enforceable(&a, 4).is_ok());
+        let e = check_enforceable(&a, 7, true).unwrap_err();
+        assert_eq!(e.code, ErrorCode::PackageNotAllowed);
+        assert!(e.message.contains("root daemon"), "{e}");
+        assert!(check_enforceable(&a, 4, false).is_ok());
         let off = active(PackagesSection::default());
         assert_eq!(
-            check_enforceable(&off, 7).unwrap_err().code,
+            check_enforceable(&off, 7, false).unwrap_err().code,
             ErrorCode::PackageNotAllowed
         );
+    }
+
+    /// Failures name their real cause and the limit with its value.
+    #[test]
+    fn driver_failures_name_the_limit() {
+        let s = PackagesSection {
+            enabled: true,
+            find_links: Some("/w".into()),
+            max_env_bytes: 16 << 20,
+            max_env_inodes: 4_000,
+            ..Default::default()
+        };
+        let failure = |rc: i32, env: (u64, u64), tmp: (u64, u64)| DriverFailure {
+            step: "install".into(),
+            returncode: rc,
+            space: [
+                (
+                    ENV_PATH.to_owned(),
+                    Some(Space {
+                        bytes_free: env.0,
+                        inodes_free: env.1,
+                    }),
+                ),
+                (
+                    "/tmp".to_owned(),
+                    Some(Space {
+                        bytes_free: tmp.0,
+                        inodes_free: tmp.1,
+                    }),
+                ),
+            ]
+            .into_iter()
+            .collect(),
+        };
+        let enospc =
+            "error: Failed to install: x.whl\n  Caused by: No space left on device (os error 28)\n";
+        let e = step_failure(
+            &failure(2, (1 << 20, 0), (8 << 20, 100)),
+            enospc,
+            &["x"],
+            &s,
+        );
+        assert_eq!(e.code, ErrorCode::EnvironmentTooLarge);
+        assert!(
+            e.message.contains("max_env_inodes (4000)") && e.message.contains("the environment"),
+            "{e}"
+        );
+        let e = step_failure(&failure(2, (8 << 20, 9), (0, 100)), enospc, &["x"], &s);
+        assert!(
+            e.message.contains("max_env_bytes (16777216 bytes)") && e.message.contains("/tmp"),
+            "{e}"
+        );
+        // uv's own words (0.13): its cache ran out of inodes, and it removed the partial
+        // extraction before exiting, so the inodes were back when the driver looked.
+        let uv = "error: Failed to download `vivmany==1.0`\n  cause: Failed to extract archive: /wheelhouse/vivmany-1.0-py3-none-any.whl\n  cause: I/O operation failed during extraction\n  cause: failed to create file `/tmp/uv-cache/.tmpgCyGs8/vivmany/f1931.txt`: No space left on device (os error 28)\n";
+        let e = step_failure(
+            &failure(2, (8 << 20, 3_900), (8 << 20, 3_990)),
+            uv,
+            &["vivmany"],
+            &s,
+        );
+        assert!(
+            e.message.contains("max_env_inodes (4000)") && e.message.contains("/tmp"),
+            "{e}"
+        );
+        let uv = "error: Failed to install: big.whl\n  cause: failed to write to file `/env/lib/python3.11/site-packages/big/blob.bin`: No space left on device (os error 28)\n";
+        let e = step_failure(
+            &failure(2, (4096, 3_900), (8 << 20, 3_990)),
+            uv,
+            &["big"],
+            &s,
+        );
+        assert!(
+            e.message
+                .contains("max_env_bytes (16777216 bytes) in the environment"),
+            "{e}"
+        );
+        let e = step_failure(
+            &failure(-libc::SIGXFSZ, (8 << 20, 9), (8 << 20, 9)),
+            "",
+            &["duckdb"],
+            &s,
+        );
+        assert_eq!(e.code, ErrorCode::EnvironmentTooLarge);
+        assert!(e.message.contains("file-size limit (16777216 bytes"), "{e}");
+        let e = step_failure(&failure(-libc::SIGSEGV, (1, 1), (1, 1)), "", &["x"], &s);
+        assert_eq!(e.code, ErrorCode::InstallFailed);
+        assert!(e.message.contains("signal 11"), "{e}");
+        let e = copy_error(&TreeError::TooLarge { limit: 16 << 20 }, &["x"], &s);
+        assert!(e.message.contains("sparse files count"), "{e}");
+        let e = copy_error(&TreeError::TooManyInodes { limit: 4000 }, &["x"], &s);
+        assert!(e.message.contains("max_env_inodes (4000)"), "{e}");
+    }
+
+    /// The key is the request and the policy: the same request under another policy,
+    /// index or limit is another entry.
+    /// A Manager on a stand-in uv (a script that prints a version) and a temp cache.
+    fn manager(tmp: &Path) -> Manager {
+        use std::os::unix::fs::PermissionsExt;
+        let uv = tmp.join("uv");
+        std::fs::write(&uv, "#!/bin/sh\necho 'uv 0.0.0-test'\n").unwrap();
+        std::fs::set_permissions(&uv, std::fs::Permissions::from_mode(0o755)).unwrap();
+        Manager::new(&uv, &tmp.join("cache"), 1 << 30, 1 << 20).unwrap()
+    }
+
+    #[test]
+    fn request_keys_cover_the_policy() {
+        let tmp = tempfile::tempdir().unwrap();
+        let m = manager(tmp.path());
+        let base = section();
+        let key = |s: PackagesSection, reqs: &[Req]| m.request_key(&active(s), reqs);
+        let k0 = key(base.clone(), &[req("a"), req("b")]);
+        assert_eq!(
+            k0,
+            key(base.clone(), &[req("b"), req("a")]),
+            "order does not matter"
+        );
+        assert_ne!(k0, key(base.clone(), &[req("a")]));
+        for other in [
+            PackagesSection {
+                deny: vec!["x".into()],
+                ..base.clone()
+            },
+            PackagesSection {
+                allow: vec!["a".into(), "b".into()],
+                ..base.clone()
+            },
+            PackagesSection {
+                max_env_bytes: 1 << 20,
+                ..base.clone()
+            },
+            PackagesSection {
+                max_env_inodes: 1000,
+                ..base.clone()
+            },
+            PackagesSection {
+                allow_hosts: vec!["files.example".into()],
+                ..base.clone()
+            },
+            PackagesSection {
+                index_url: Some("http://127.0.0.1:10/simple".into()),
+                ..base.clone()
+            },
+        ] {
+            assert_ne!(k0, key(other.clone(), &[req("a"), req("b")]), "{other:?}");
+        }
+        assert_eq!(
+            k0,
+            key(
+                PackagesSection {
+                    install_timeout_ms: 5_000,
+                    ..base.clone()
+                },
+                &[req("a"), req("b")]
+            ),
+            "a timeout does not change what is installed"
+        );
+    }
+
+    /// Finding 4: a zygote preloads only the environment built for its profile's own
+    /// `warm.packages` request.
+    #[test]
+    fn a_zygote_preloads_only_the_entry_of_its_own_request() {
+        let tmp = tempfile::tempdir().unwrap();
+        let m = manager(tmp.path());
+        let a = active(section());
+        let own = m.request_key(&a, &[req("numpy")]);
+        let other = m.request_key(&a, &[req("evil")]);
+        let entry = |key: &str, request: &str| Entry {
+            key: key.into(),
+            dir: tmp.path().join(key),
+            meta: Meta {
+                request: request.into(),
+                resolved: vec!["numpy==2.0".into()],
+                python_version: String::new(),
+                uv_version: String::new(),
+                bytes: 0,
+                inodes: 0,
+                checksum: String::new(),
+            },
+        };
+        assert!(m
+            .check_built_for(&a, &[req("numpy")], &entry(&own, &own))
+            .is_ok());
+        for (key, request) in [(&other, &other), (&own, &other), (&other, &own)] {
+            let e = m
+                .check_built_for(&a, &[req("numpy")], &entry(key, request))
+                .unwrap_err();
+            assert!(e.message.contains("not built for profile"), "{e}");
+        }
     }
 
     #[test]
@@ -838,6 +1356,7 @@ mod tests {
         let limits = a.profile.job_limits(&Default::default()).unwrap();
         let mut plan = plan::build(1, &a.profile, &limits, &[], vec![], false);
         use_env(&mut plan, Path::new("/c/envs/k/env"));
+        assert!(!plan.egress && plan.export.is_none());
         assert_eq!(plan.interpreter, PathBuf::from("/env/bin/python"));
         assert_eq!(plan.argv[0], "/env/bin/python");
         assert_eq!(&plan.argv[1..3], ["-I", "-u"]);
@@ -846,7 +1365,7 @@ mod tests {
             path: ENV_PATH.into()
         }));
         assert!(!plan.landlock.write_dirs.contains(&PathBuf::from(ENV_PATH)));
-        assert!(!plan.host_network && plan.landlock.tcp_connect.is_empty());
+        assert!(plan.landlock.tcp_connect.is_empty());
     }
 
     #[test]

@@ -6,14 +6,17 @@
 //! - [`spec`]: requirement parsing, PEP 723, allow/deny lists.
 //! - [`cache`]: the on-disk environment cache (keys, completion, checksum, LRU).
 //! - [`install`]: the install sandbox and the reading of uv's errors.
+//! - [`tree`]: the bounded copy of a built environment out of its sandbox, and the
+//!   apparent-size accounting of environments.
 //! - [`Manager`]: in-flight deduplication and the glue the job task calls.
 
 pub mod cache;
 pub mod install;
 pub mod spec;
+pub mod tree;
 
 use serde::Deserialize;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use vivarium_proto::ErrorCode;
 
 pub use install::Manager;
@@ -29,9 +32,14 @@ pub struct PackagesSection {
     /// Whether jobs of this profile may ask for packages.
     pub enabled: bool,
     /// The package index (PEP 503 simple API), e.g. `https://pypi.org/simple`. The
-    /// install sandbox may open TCP connections to this URL's port (and 53 for DNS)
-    /// only. Unset: no index, no network at all (a wheelhouse alone).
+    /// install sandbox reaches it only through the daemon's egress proxy, which allows
+    /// this URL's host and port and `allow_hosts` alone. Unset: no index, no network at
+    /// all (a wheelhouse alone).
     pub index_url: Option<String>,
+    /// Further `host` or `host:port` (443 when no port is given) the install may reach
+    /// through the proxy: where the index's links point (PyPI's files live on
+    /// `files.pythonhosted.org`).
+    pub allow_hosts: Vec<String>,
     /// A local directory of wheels (uv's `--find-links`), bound read-only into the
     /// install sandbox: for hosts without network.
     pub find_links: Option<PathBuf>,
@@ -40,9 +48,14 @@ pub struct PackagesSection {
     pub allow: Vec<String>,
     /// These projects may never be asked for.
     pub deny: Vec<String>,
-    /// Largest environment (bytes on disk); the install also gets this much scratch
-    /// space for uv's cache.
+    /// Largest environment, in apparent bytes (a sparse file counts by its size). The
+    /// environment is built on a tmpfs of this size inside the install sandbox, and the
+    /// install also gets this much scratch space for uv's cache, and a file-size limit
+    /// of this much.
     pub max_env_bytes: u64,
+    /// Most files, directories and links in an environment (the same tmpfs's inode
+    /// cap; uv's cache gets as many).
+    pub max_env_inodes: u64,
     /// Wall-clock limit of the install phase.
     pub install_timeout_ms: u64,
 }
@@ -55,7 +68,9 @@ impl Default for PackagesSection {
             find_links: None,
             allow: Vec::new(),
             deny: Vec::new(),
+            allow_hosts: Vec::new(),
             max_env_bytes: 1 << 30,
+            max_env_inodes: 200_000,
             install_timeout_ms: 300_000,
         }
     }
@@ -84,6 +99,21 @@ impl PackagesSection {
         if !(1 << 20..=64 << 30).contains(&self.max_env_bytes) {
             return Err(("packages.max_env_bytes", "must be 1 MiB ..= 64 GiB".into()));
         }
+        if !(1000..=10_000_000).contains(&self.max_env_inodes) {
+            return Err((
+                "packages.max_env_inodes",
+                "must be 1000 ..= 10000000".into(),
+            ));
+        }
+        for host in &self.allow_hosts {
+            host_port(host).map_err(|e| ("packages.allow_hosts", e))?;
+        }
+        if !self.allow_hosts.is_empty() && self.index_url.is_none() {
+            return Err((
+                "packages.allow_hosts",
+                "needs packages.index_url (without an index the install has no network)".into(),
+            ));
+        }
         if !(1000..=3_600_000).contains(&self.install_timeout_ms) {
             return Err((
                 "packages.install_timeout_ms",
@@ -101,12 +131,63 @@ impl PackagesSection {
 
 /// The TCP port of an index URL (http or https only, with a host).
 pub fn index_port(url: &str) -> Result<u16, String> {
+    index_host(url).map(|(_, port)| port)
+}
+
+/// The host and TCP port of an index URL (http or https only, with a host, no
+/// credentials: the proxy would refuse them, and they would end up in logs).
+pub fn index_host(url: &str) -> Result<(String, u16), String> {
     let u = url::Url::parse(url).map_err(|e| format!("{url:?} is not a URL: {e}"))?;
     if !matches!(u.scheme(), "http" | "https") || u.host_str().is_none() {
         return Err(format!("{url:?} must be an http(s) URL with a host"));
     }
-    u.port_or_known_default()
-        .ok_or_else(|| format!("{url:?} has no port"))
+    if !u.username().is_empty() || u.password().is_some() {
+        return Err(format!("{url:?} must not carry credentials"));
+    }
+    let port = u
+        .port_or_known_default()
+        .ok_or_else(|| format!("{url:?} has no port"))?;
+    let host = match u.host() {
+        Some(url::Host::Ipv6(a)) => a.to_string(),
+        Some(h) => h.to_string(),
+        None => return Err(format!("{url:?} has no host")),
+    };
+    Ok((host.to_ascii_lowercase(), port))
+}
+
+/// An `allow_hosts` entry: `host` (port 443) or `host:port`, `[v6]:port` for IPv6.
+pub fn host_port(entry: &str) -> Result<(String, u16), String> {
+    let u = url::Url::parse(&format!("https://{entry}"))
+        .map_err(|e| format!("{entry:?} is not a host or host:port: {e}"))?;
+    let plain = u.path() == "/" && u.query().is_none() && u.fragment().is_none();
+    if !plain || !u.username().is_empty() || u.password().is_some() || entry.contains('/') {
+        return Err(format!("{entry:?} must be a host or host:port alone"));
+    }
+    let host = match u.host() {
+        Some(url::Host::Ipv6(a)) => a.to_string(),
+        Some(h) => h.to_string(),
+        None => return Err(format!("{entry:?} has no host")),
+    };
+    Ok((host.to_ascii_lowercase(), u.port().unwrap_or(443)))
+}
+
+impl PackagesSection {
+    /// Where the install may go through the egress proxy: the index's host and port,
+    /// then `allow_hosts`. Empty without an index.
+    pub fn egress_allow(&self) -> Vec<(String, u16)> {
+        let Some(url) = &self.index_url else {
+            return Vec::new();
+        };
+        let mut out: Vec<(String, u16)> = index_host(url).into_iter().collect();
+        for h in &self.allow_hosts {
+            if let Ok(hp) = host_port(h) {
+                if !out.contains(&hp) {
+                    out.push(hp);
+                }
+            }
+        }
+        out
+    }
 }
 
 /// A typed package failure: the wire error code, the project concerned (when one is),
@@ -127,39 +208,6 @@ impl PackageError {
             message,
         }
     }
-}
-
-/// In the spawner, before the clone: give a package install's build directories to the
-/// payload's host ids (uid 1000 inside the job in id slot `slot`). A rootless daemon's
-/// jobs already are the daemon's own user.
-pub fn own_dirs(dirs: &[PathBuf], rootless: bool, id_base: u32, slot: u32) -> std::io::Result<()> {
-    if rootless {
-        return Ok(());
-    }
-    let host = id_base + 2 * slot + 1;
-    for dir in dirs {
-        // Not following symlinks: the server just created this directory itself.
-        std::os::unix::fs::lchown(dir, Some(host), Some(host))?;
-    }
-    Ok(())
-}
-
-/// Sum of file sizes (st_blocks-based disk usage) beneath `dir`, not following links.
-pub fn disk_usage(dir: &Path) -> std::io::Result<u64> {
-    use std::os::unix::fs::MetadataExt;
-    let mut total = 0u64;
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d)? {
-            let entry = entry?;
-            let meta = entry.metadata()?;
-            total += meta.blocks() * 512;
-            if meta.is_dir() {
-                stack.push(entry.path());
-            }
-        }
-    }
-    Ok(total)
 }
 
 #[cfg(test)]
@@ -209,6 +257,55 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(field(s), "packages.install_timeout_ms");
+    }
+
+    #[test]
+    fn egress_hosts_are_the_index_and_allow_hosts() {
+        let s = PackagesSection {
+            enabled: true,
+            index_url: Some("https://PyPI.org/simple".into()),
+            allow_hosts: vec![
+                "files.pythonhosted.org".into(),
+                "mirror.example:8443".into(),
+                "pypi.org".into(),
+            ],
+            ..Default::default()
+        };
+        assert!(s.validate().is_ok());
+        assert_eq!(
+            s.egress_allow(),
+            [
+                ("pypi.org".to_owned(), 443),
+                ("files.pythonhosted.org".to_owned(), 443),
+                ("mirror.example".to_owned(), 8443)
+            ]
+        );
+        assert_eq!(host_port("[::1]:9"), Ok(("::1".to_owned(), 9)));
+        for bad in ["", "a/b", "user@host", "host:0x", "https://h", "h:99999"] {
+            let s = PackagesSection {
+                allow_hosts: vec![bad.into()],
+                ..s.clone()
+            };
+            assert_eq!(
+                s.validate().expect_err(bad).0,
+                "packages.allow_hosts",
+                "{bad}"
+            );
+        }
+        let no_index = PackagesSection {
+            enabled: true,
+            index_url: None,
+            find_links: Some("/srv/w".into()),
+            allow_hosts: vec!["x.example".into()],
+            ..Default::default()
+        };
+        assert_eq!(no_index.validate().unwrap_err().0, "packages.allow_hosts");
+        assert!(no_index.egress_allow().is_empty());
+        let creds = PackagesSection {
+            index_url: Some("https://u:p@pypi.org/simple".into()),
+            ..Default::default()
+        };
+        assert_eq!(creds.validate().unwrap_err().0, "packages.index_url");
     }
 
     #[test]

@@ -241,13 +241,6 @@ fn populate_as(steps: &[MountStep], owner: (u32, u32), build: Build) -> Result<(
                 mkdir_p(&at(new_root, path))?;
             }
             MountStep::Mask { .. } if build == Build::Template => {}
-
-            MountStep::BindRw { path, .. } if build == Build::Template => {
-                return Err(SetupError::Other {
-                    step: "template",
-                    detail: format!("{} is a writable bind: not for a template", path.display()),
-                });
-            }
             MountStep::BindRo { source, path } => {
                 let target = at(new_root, path);
                 if source.is_dir() {
@@ -259,26 +252,6 @@ fn populate_as(steps: &[MountStep], owner: (u32, u32), build: Build) -> Result<(
                     placeholder_file(&target)?;
                 }
                 bind_ro(source, &target, MsFlags::MS_NODEV)?;
-            }
-            MountStep::BindRw { source, path } => {
-                let target = at(new_root, path);
-                mkdir_p(&target)?;
-                mount(
-                    Some(source.as_path()),
-                    &target,
-                    NONE,
-                    MsFlags::MS_BIND,
-                    NONE,
-                )
-                .map_err(|e| SetupError::nix("bind-rw", &target, e))?;
-                let flags = MsFlags::MS_REMOUNT
-                    | MsFlags::MS_BIND
-                    | MsFlags::MS_NOSUID
-                    | MsFlags::MS_NODEV
-                    | MsFlags::MS_NOEXEC
-                    | locked_flags(source)?;
-                mount(NONE, &target, NONE, flags, NONE)
-                    .map_err(|e| SetupError::nix("remount-rw", &target, e))?;
             }
             MountStep::Symlink { link, path } => {
                 let target = at(new_root, path);
@@ -439,7 +412,6 @@ pub fn populate_fresh(
                 bound?;
             }
             MountStep::BindRo { .. }
-            | MountStep::BindRw { .. }
             | MountStep::Symlink { .. }
             | MountStep::File { .. }
             | MountStep::Device { .. }

@@ -11,6 +11,9 @@ pub const SANDBOX_GID: u32 = 1000;
 /// Where the script is written inside the sandbox.
 pub const SCRIPT_PATH: &str = "/work/main.py";
 pub const HOSTNAME: &str = "vivarium";
+/// The egress proxy's port on the loopback of a sandbox with [`JobPlan::egress`] (its
+/// own network namespace: no other listener can hold it).
+pub const EGRESS_PORT: u16 = 3128;
 
 /// One step of building the new root. Paths are as seen inside the sandbox.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -24,10 +27,6 @@ pub enum MountStep {
     },
     /// A read-only bind of a host path at `path`.
     BindRo { source: PathBuf, path: PathBuf },
-    /// A writable bind of a host directory at `path` (nosuid, nodev, noexec): only a
-    /// package install's build directory, owned by the payload's host ids
-    /// (`JobPlan::own_dirs`).
-    BindRw { source: PathBuf, path: PathBuf },
     /// A symlink (recreating a host symlink such as `/bin -> usr/bin`).
     Symlink { link: PathBuf, path: PathBuf },
     /// A regular file with fixed contents on the (read-only) root.
@@ -111,14 +110,18 @@ pub struct JobPlan {
     /// A warm sandbox: the interpreter starts now and waits for its job on stdin; the
     /// deadlines start when the spawner is told the job has been delivered (`Arm`).
     pub warm: bool,
-    /// Share the host's network namespace instead of a fresh empty one (package
-    /// installs from an index only; Landlock then limits TCP to `tcp_connect`).
+    /// A fresh network namespace with `lo` up whose only way out is the daemon's egress
+    /// proxy (`crate::egress`): the spawner makes the namespace, binds a listener on
+    /// `127.0.0.1:`[`EGRESS_PORT`] in it and hands that listener to the server
+    /// (`FromSpawner::Egress`). Package installs from an index only. `false`: a fresh,
+    /// empty network namespace (nothing but a down `lo`).
     #[serde(default)]
-    pub host_network: bool,
-    /// Host directories the spawner chowns to the payload's host uid/gid before the
-    /// clone (a package install's build directory, bound with `BindRw`).
+    pub egress: bool,
+    /// A directory of the sandbox (its path inside) that the server gets an open fd to
+    /// once the payload runs (`FromSpawner::Exported`): a package install's environment,
+    /// built on a capped tmpfs there and copied out after the sandbox has ended.
     #[serde(default)]
-    pub own_dirs: Vec<PathBuf>,
+    pub export: Option<PathBuf>,
     /// A warm sandbox that the spawner may build by forking the profile's zygote (see
     /// `sandbox::zygote`) instead of a cold start; `None`: always a cold start.
     #[serde(default)]
@@ -354,8 +357,8 @@ pub fn build(
         wall_ms: limits.wall_ms,
         cpu_ms: limits.cpu_ms,
         warm: false,
-        host_network: false,
-        own_dirs: Vec::new(),
+        egress: false,
+        export: None,
         zygote: None,
         is_zygote: false,
     }

@@ -378,13 +378,11 @@ fn prepare(encoded: &mut [u8], attach: &[OwnedFd]) -> Result<(JobPlan, Prepared)
     super::init::attach_self(attach, &format!("job-{}", plan.job_id))?;
     // The payload's host uid differs from ours, and we stay out of its reach anyway.
     sys::set_dumpable(false).map_err(|e| SetupError::io("dumpable", "/".as_ref(), &e))?;
-    let mut flags = CloneFlags::CLONE_NEWNS
+    let flags = CloneFlags::CLONE_NEWNS
         | CloneFlags::CLONE_NEWIPC
         | CloneFlags::CLONE_NEWUTS
-        | CloneFlags::CLONE_NEWCGROUP;
-    if !plan.host_network {
-        flags |= CloneFlags::CLONE_NEWNET;
-    }
+        | CloneFlags::CLONE_NEWCGROUP
+        | CloneFlags::CLONE_NEWNET;
     nix::sched::unshare(flags).map_err(|e| SetupError::errno("unshare", e))?;
     mount::populate_fresh(
         &plan.mounts,

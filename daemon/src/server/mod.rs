@@ -221,6 +221,7 @@ impl Daemon {
                 uv,
                 &config.package_cache_dir,
                 config.package_cache_max_bytes,
+                config.package_cache_max_inodes,
             )
             .map(Arc::new),
         };

@@ -182,17 +182,39 @@ impl SpawnerClient {
 
 async fn route(sock: Arc<UnixSeqpacket>, routes: Routes, gone: Arc<tokio::sync::Notify>) {
     let mut buf = vec![0u8; MAX_LINK_FRAME + 1];
+    let mut space = [0u8; 128];
     loop {
-        let n = match sock.recv(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
+        let mut iov = [std::io::IoSliceMut::new(&mut buf)];
+        let (n, anc) = match sock
+            .recv_vectored_with_ancillary(&mut iov, &mut space)
+            .await
+        {
+            Ok((0, _)) | Err(_) => break,
+            Ok(got) => got,
         };
-        let Some(msg) = link::decode::<FromSpawner>(&buf[..n]) else {
+        // Every fd that came is owned here, so none leaks whatever the message is.
+        let mut fds = Vec::new();
+        for m in anc.into_messages() {
+            if let tokio_seqpacket::ancillary::OwnedAncillaryMessage::FileDescriptors(got) = m {
+                fds.extend(got);
+            }
+        }
+        let Some(mut msg) = link::decode::<FromSpawner>(&buf[..n]) else {
             tracing::error!("undecodable message from the spawner");
             continue;
         };
+        if fds.len() != msg.fds_expected() {
+            tracing::error!(
+                got = fds.len(),
+                expected = msg.fds_expected(),
+                "a spawner message came with the wrong number of fds"
+            );
+        }
+        msg.attach(fds);
         let (job_id, last) = match &msg {
-            FromSpawner::Running { job_id, .. } => (*job_id, false),
+            FromSpawner::Running { job_id, .. }
+            | FromSpawner::Egress { job_id, .. }
+            | FromSpawner::Exported { job_id, .. } => (*job_id, false),
             FromSpawner::Finished { job_id, .. } => (*job_id, true),
             _ => continue,
         };

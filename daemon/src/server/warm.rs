@@ -294,6 +294,15 @@ pub(super) async fn build(
         let ready = crate::packages::install::for_job(daemon, active, reqs, &Notify::new())
             .await
             .map_err(|e| format!("warm.packages: {}", e.message))?;
+        if plan.zygote.is_some() {
+            // A zygote imports its preload with every capability of its user namespace
+            // and no Landlock: only from the environment this daemon built for this
+            // profile's own request (docs/ARCHITECTURE.md, "What a zygote trusts").
+            if let Ok(m) = &daemon.packages {
+                m.check_built_for(active, reqs, &ready.entry)
+                    .map_err(|e| format!("warm.packages: {}", e.message))?;
+            }
+        }
         crate::packages::install::use_env(&mut plan, &ready.entry.env());
         Some(ready)
     };

@@ -80,6 +80,61 @@ pub enum FromSpawner {
         job_id: u64,
         report: Box<JobReport>,
     },
+    /// A job with `JobPlan::egress`: the listener on `127.0.0.1:EGRESS_PORT` in its
+    /// network namespace, attached (SCM_RIGHTS). Sent right after the clone, before any
+    /// other message about the job. Appended: older variants keep their tags.
+    Egress {
+        job_id: u64,
+        #[serde(skip)]
+        listener: Passed,
+    },
+    /// A job with `JobPlan::export`: an open directory fd (attached) to that path in the
+    /// sandbox, taken once the payload runs; or why it could not be opened.
+    Exported {
+        job_id: u64,
+        error: Option<String>,
+        #[serde(skip)]
+        dir: Passed,
+    },
+}
+
+impl FromSpawner {
+    /// How many fds travel with this message.
+    pub fn fds_expected(&self) -> usize {
+        match self {
+            FromSpawner::Egress { .. } => 1,
+            FromSpawner::Exported { error: None, .. } => 1,
+            _ => 0,
+        }
+    }
+
+    /// Attach the fds received with this message (in order).
+    pub fn attach(&mut self, fds: Vec<std::os::fd::OwnedFd>) {
+        let mut fds = fds.into_iter();
+        match self {
+            FromSpawner::Egress { listener, .. } => *listener = Passed::new(fds.next()),
+            FromSpawner::Exported { dir, .. } => *dir = Passed::new(fds.next()),
+            _ => {}
+        }
+    }
+}
+
+/// An fd that travelled beside a link message (SCM_RIGHTS), not in its bytes. The
+/// receiver takes it once ([`Passed::take`]); a clone shares it.
+#[derive(Debug, Clone, Default)]
+pub struct Passed(Option<std::sync::Arc<std::sync::Mutex<Option<std::os::fd::OwnedFd>>>>);
+
+impl Passed {
+    pub fn new(fd: Option<std::os::fd::OwnedFd>) -> Passed {
+        Passed(fd.map(|fd| std::sync::Arc::new(std::sync::Mutex::new(Some(fd)))))
+    }
+
+    /// The fd, if it came and nobody took it yet.
+    pub fn take(&self) -> Option<std::os::fd::OwnedFd> {
+        self.0
+            .as_ref()
+            .and_then(|m| m.lock().unwrap_or_else(|e| e.into_inner()).take())
+    }
 }
 
 /// What the spawner knows about an ended job: evidence, not conclusions (the server

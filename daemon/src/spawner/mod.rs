@@ -59,6 +59,8 @@ struct Job {
     internal: bool,
     /// The id of the zygote this job was forked from.
     zygote: Option<u64>,
+    /// `JobPlan::export`: the sandbox directory the server gets an fd to at `Running`.
+    export: Option<PathBuf>,
 }
 
 struct Spawner {
@@ -119,6 +121,34 @@ impl SpareNet {
             Ok(fd) => self.spare = Some(fd),
             Err(_) => self.host = None,
         }
+    }
+}
+
+impl SpareNet {
+    /// A network namespace for a job with `JobPlan::egress`, made on the spot: `lo` up
+    /// and the egress proxy's listener bound on `127.0.0.1:EGRESS_PORT` in it (a socket
+    /// belongs to the namespace it was made in, whoever later accepts on it). Owned by
+    /// the host's user namespace like the spare, so nothing in the job can change it.
+    fn egress(&self) -> std::io::Result<(OwnedFd, std::net::TcpListener)> {
+        let Some(host) = &self.host else {
+            return Err(std::io::Error::other(
+                "an egress namespace needs a daemon that can return to its own network namespace (not rootless)",
+            ));
+        };
+        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)?;
+        let made = (|| {
+            sys::loopback_up()?;
+            let listener = std::net::TcpListener::bind((
+                std::net::Ipv4Addr::LOCALHOST,
+                crate::sandbox::plan::EGRESS_PORT,
+            ))?;
+            Ok((open_ns("/proc/self/ns/net")?, listener))
+        })();
+        if let Err(e) = nix::sched::setns(host, nix::sched::CloneFlags::CLONE_NEWNET) {
+            eprintln!("vivariumd spawner: cannot return to its network namespace: {e}");
+            sys::exit_now(1);
+        }
+        made
     }
 }
 
@@ -667,6 +697,7 @@ impl Spawner {
             reported: false,
             internal: false,
             zygote: None,
+            export: plan.export.clone(),
         }
     }
 
@@ -688,13 +719,6 @@ impl Spawner {
             detail: e.to_string(),
             errno: e.raw_os_error().unwrap_or(0),
         };
-        crate::packages::own_dirs(
-            &plan.own_dirs,
-            self.config.rootless,
-            self.config.id_base,
-            slot,
-        )
-        .map_err(|e| os("own-dirs", e))?;
         let (sync_r, sync_w) =
             nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| os("pipe", e.into()))?;
         let (status_r, status_w) =
@@ -729,20 +753,29 @@ impl Spawner {
             // Init makes its cgroup namespace once it is in the job's cgroup.
             flags &= !libc::CLONE_NEWCGROUP;
         }
-        if plan.host_network {
-            // A package install from an index (Landlock limits it to the index's TCP
-            // port); every job proper gets a fresh, empty network namespace.
-            flags &= !libc::CLONE_NEWNET;
-        }
-        // The spare network namespace when the job wants a new one (see SpareNet). The
-        // spawner is in it only around the clone3.
+        // The job's network namespace: for an egress plan one made now (`lo` up, the
+        // proxy's listener in it), else the spare when the job wants a new one (see
+        // SpareNet). The spawner is in it only around the clone3.
+        let mut egress = None;
+        let target_net = if plan.egress {
+            let (ns, listener) = self.net.egress().map_err(|e| os("egress-netns", e))?;
+            egress = Some(listener);
+            Some(ns)
+        } else if flags & libc::CLONE_NEWNET != 0 && !weak.drops(Layer::NetNsOwner) {
+            self.net.spare.take()
+        } else {
+            None
+        };
         let mut in_spare = false;
-        if flags & libc::CLONE_NEWNET != 0 && !weak.drops(Layer::NetNsOwner) {
-            if let Some(spare) = self.net.spare.take() {
-                if nix::sched::setns(&spare, nix::sched::CloneFlags::CLONE_NEWNET).is_ok() {
+        if let Some(ns) = &target_net {
+            match nix::sched::setns(ns, nix::sched::CloneFlags::CLONE_NEWNET) {
+                Ok(()) => {
                     flags &= !libc::CLONE_NEWNET;
                     in_spare = true;
                 }
+                // Its only way out would be missing: never run it elsewhere.
+                Err(e) if plan.egress => return Err(os("egress-setns", e.into())),
+                Err(_) => {}
             }
         }
         // The job's mount namespace as a copy of its plan's template (see `template`);
@@ -798,6 +831,19 @@ impl Spawner {
             }),
             sys::Forked::Parent { pid, pidfd } => (Pid::from_raw(pid), pidfd),
         };
+        if let Some(listener) = egress {
+            // Before any other message about the job: the proxy is up by the time the
+            // payload can connect (the listener queues connections until then anyway).
+            let msg = link::encode(&FromSpawner::Egress {
+                job_id: plan.job_id,
+                listener: Default::default(),
+            });
+            if let Err(e) = sys::send_with_fds(self.link.as_fd(), &msg, &[listener.as_fd()]) {
+                let _ = sys::pidfd_send_signal(pidfd.as_fd(), libc::SIGKILL);
+                let _ = nix::sys::wait::waitpid(pid, None);
+                return Err(os("egress-listener", e));
+            }
+        }
         drop((
             sync_r,
             status_w,
@@ -905,6 +951,39 @@ fn kill(job: &mut Job, cause: KillCause) {
     let _ = sys::pidfd_send_signal(job.pidfd.as_fd(), libc::SIGKILL);
 }
 
+/// Hand the server an open fd to `path` inside the job's sandbox, opened through init's
+/// root (`/proc/<init>/root`). That takes CAP_SYS_PTRACE: init changed its ids in its
+/// user namespace, which made it non-dumpable, and a non-dumpable process's root is open
+/// only to a tracer-capable caller (the unit's bounding set has it for this alone).
+/// Taken once the payload runs: every mount of the sandbox is in place, and nothing in
+/// the sandbox can move them any more.
+fn export_dir(job_id: u64, pid: Pid, path: &std::path::Path, link: &OwnedFd) {
+    use std::os::unix::fs::OpenOptionsExt;
+    let inside = path.strip_prefix("/").unwrap_or(path);
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+        .open(PathBuf::from(format!("/proc/{pid}/root")).join(inside));
+    let msg = |error| {
+        link::encode(&FromSpawner::Exported {
+            job_id,
+            error,
+            dir: Default::default(),
+        })
+    };
+    let sent = match opened {
+        Ok(dir) => sys::send_with_fds(link.as_fd(), &msg(None), &[dir.as_fd()]),
+        Err(e) => sys::send_with_fds(
+            link.as_fd(),
+            &msg(Some(format!("opening {}: {e}", path.display()))),
+            &[],
+        ),
+    };
+    if let Err(e) = sent {
+        eprintln!("vivariumd spawner: job {job_id}: sending its exported directory: {e}");
+    }
+}
+
 /// Read what init has written (`to_eof` after init has exited). Returns whether init
 /// reported the payload's end.
 fn drain_status(job: &mut Job, to_eof: bool, link: &OwnedFd) -> bool {
@@ -925,6 +1004,9 @@ fn drain_status(job: &mut Job, to_eof: bool, link: &OwnedFd) -> bool {
         match msg {
             InitMsg::Running { landlock } if !job.internal => {
                 job.report.landlock = Some(landlock);
+                if let Some(path) = &job.export {
+                    export_dir(job.id, job.pid, path, link);
+                }
                 let _ = send_msg(
                     link,
                     &FromSpawner::Running {
