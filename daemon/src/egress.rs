@@ -232,6 +232,35 @@ struct Target {
     explicit_port: bool,
 }
 
+/// A proxy serving one sandbox on its own task; dropping this ends it and every
+/// connection it started.
+pub struct Serving {
+    task: tokio::task::JoinHandle<()>,
+    pub stats: Arc<EgressStats>,
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Serve the listener the spawner made in a sandbox's network namespace
+/// (`FromSpawner::Egress`) on a task of its own, for as long as the result is kept.
+pub fn start(
+    listener: Option<std::os::fd::OwnedFd>,
+    policy: EgressPolicy,
+    job_id: u64,
+) -> std::io::Result<Serving> {
+    let fd = listener.ok_or_else(|| std::io::Error::other("no listener came with it"))?;
+    let std = std::net::TcpListener::from(fd);
+    std.set_nonblocking(true)?;
+    let listener = tokio::net::TcpListener::from_std(std)?;
+    let stats = Arc::new(EgressStats::default());
+    let task = tokio::spawn(serve(listener, Arc::new(policy), stats.clone(), job_id));
+    Ok(Serving { task, stats })
+}
+
 /// Serve until the returned future is dropped; dropping it ends every connection it
 /// started (their tasks live in a `JoinSet` owned by this future).
 pub async fn serve(

@@ -134,6 +134,33 @@ pub struct NetworkSection {
     /// Reserved: only `false` is supported (a fresh netns with loopback down).
     #[serde(default)]
     pub enabled: bool,
+    /// `host` (port 443) or `host:port` a job may reach, through the daemon's egress
+    /// proxy alone (`crate::egress`), in a network namespace of its own with `lo` up and
+    /// nothing else. Empty: no network at all.
+    #[serde(default)]
+    pub egress: Vec<String>,
+}
+
+impl NetworkSection {
+    /// The egress proxy's allow-list (entries are checked at validation).
+    pub fn egress_allow(&self) -> Vec<(String, u16)> {
+        let mut out: Vec<(String, u16)> = Vec::new();
+        for hp in self
+            .egress
+            .iter()
+            .filter_map(|h| crate::packages::host_port(h).ok())
+        {
+            if !out.contains(&hp) {
+                out.push(hp);
+            }
+        }
+        out
+    }
+
+    /// Whether the job's seccomp policy allows IPv4/IPv6 sockets (to the proxy).
+    pub fn inet(&self) -> bool {
+        self.enabled || !self.egress.is_empty()
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -317,8 +344,26 @@ impl Profile {
         if file.network.enabled {
             return Err(bad(
                 "network.enabled",
-                "network access is not supported yet; only false".into(),
+                "direct network access is not supported; only false (see network.egress)".into(),
             ));
+        }
+        for host in &file.network.egress {
+            crate::packages::host_port(host).map_err(|e| bad("network.egress", e))?;
+        }
+        if !file.network.egress.is_empty() {
+            if file.security.landlock_abi < 4 {
+                return Err(bad(
+                    "network.egress",
+                    "needs security.landlock_abi >= 4 (TCP connect to the proxy's port alone)"
+                        .into(),
+                ));
+            }
+            if file.warm.pool > 0 || file.warm.zygote {
+                return Err(bad(
+                    "network.egress",
+                    "is for cold jobs only: not with warm.pool or warm.zygote".into(),
+                ));
+            }
         }
         let s = &file.security;
         if !(1..=7).contains(&s.landlock_abi) {

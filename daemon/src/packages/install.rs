@@ -665,6 +665,16 @@ pub fn install_plan(
         profile.seccomp.clone(),
         without_cgroup,
     );
+    // The install's network is its own (below), never the job profile's egress.
+    plan.egress = false;
+    plan.landlock.tcp_connect.clear();
+    plan.env
+        .retain(|(k, _)| !k.to_ascii_lowercase().ends_with("_proxy"));
+    if p.file.network.inet() && section.index_url.is_none() {
+        plan.seccomp = crate::sandbox::seccomp::load(&p.seccomp_path, false)
+            .map_err(|e| format!("seccomp policy: {}", crate::error_chain(&e)))?
+            .to_wire();
+    }
     let uv_dir = uv
         .parent()
         .ok_or_else(|| format!("uv {} has no parent directory", uv.display()))?;
@@ -750,15 +760,6 @@ pub fn install_plan(
     Ok(plan)
 }
 
-/// Aborts a task when dropped (the egress proxy of an install that ended).
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
 /// Run one install sandbox to its end, collecting (bounded) output, serving its egress
 /// proxy while it runs, and taking the directory fd it exports. Cancel kills it.
 async fn run_sandbox(
@@ -793,35 +794,19 @@ async fn run_sandbox(
     let out = tokio::spawn(collect(out_r));
     let err = tokio::spawn(collect(err_r));
     let mut killed = false;
-    let mut proxy: Option<AbortOnDrop> = None;
+    let mut proxy: Option<crate::egress::Serving> = None;
     let mut env: Result<OwnedFd, String> = Err("the sandbox never ran".into());
     let report = loop {
         tokio::select! {
             msg = events.recv() => match msg {
                 Some(FromSpawner::Finished { report, .. }) => break *report,
                 Some(FromSpawner::Egress { listener, .. }) => {
-                    let served = listener
-                        .take()
-                        .ok_or_else(|| "no listener came with it".to_owned())
-                        .and_then(|fd| {
-                            let std = std::net::TcpListener::from(fd);
-                            std.set_nonblocking(true).map_err(|e| e.to_string())?;
-                            tokio::net::TcpListener::from_std(std).map_err(|e| e.to_string())
-                        });
-                    match served {
-                        Ok(listener) => {
-                            let stats = Arc::new(crate::egress::EgressStats::default());
-                            proxy = Some(AbortOnDrop(tokio::spawn(crate::egress::serve(
-                                listener,
-                                policy.clone(),
-                                stats,
-                                plan.job_id,
-                            ))));
-                        }
+                    match crate::egress::start(listener.take(), (*policy).clone(), plan.job_id) {
+                        Ok(task) => proxy = Some(task),
+                        // No way out at all: the install fails on its own, as it would
+                        // with the index down; the log says why.
                         Err(e) => {
-                            // No way out at all: the install fails on its own, as it
-                            // would with the index down; say why in the log.
-                            tracing::error!(job_id = plan.job_id, error = %e, "egress proxy not started");
+                            tracing::error!(job_id = plan.job_id, error = %e, "egress proxy not started")
                         }
                     }
                 }

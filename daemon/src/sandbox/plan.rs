@@ -325,6 +325,23 @@ pub fn build(
     argv.extend(args.iter().cloned());
     let sec = &profile.file.security;
     let mounts = mounts(profile);
+    let mut env = environment(profile);
+    let egress = !profile.file.network.egress.is_empty();
+    if egress {
+        // The proxy on the namespace's own loopback is the only way out; programs that
+        // honour the usual variables use it as they are.
+        let proxy = format!("http://127.0.0.1:{EGRESS_PORT}");
+        for k in [
+            "HTTPS_PROXY",
+            "HTTP_PROXY",
+            "ALL_PROXY",
+            "https_proxy",
+            "http_proxy",
+        ] {
+            env.retain(|(key, _)| key != k);
+            env.push((k.into(), proxy.clone()));
+        }
+    }
     JobPlan {
         job_id,
         hostname: HOSTNAME.into(),
@@ -335,12 +352,16 @@ pub fn build(
             exec_dirs: exec_dirs(&mounts),
             write_dirs: vec!["/work".into(), "/tmp".into(), "/dev/shm".into()],
             write_files: vec!["/dev/null".into(), "/dev/zero".into(), "/dev/full".into()],
-            tcp_connect: Vec::new(),
+            tcp_connect: if egress {
+                vec![EGRESS_PORT]
+            } else {
+                Vec::new()
+            },
         },
         mounts,
         interpreter: py.interpreter.clone(),
         argv,
-        env: environment(profile),
+        env,
         rlimits: RlimitPlan {
             nofile: profile.file.limits.nofile,
             fsize: profile.file.limits.fsize_bytes,
@@ -357,7 +378,7 @@ pub fn build(
         wall_ms: limits.wall_ms,
         cpu_ms: limits.cpu_ms,
         warm: false,
-        egress: false,
+        egress,
         export: None,
         zygote: None,
         is_zygote: false,

@@ -312,10 +312,25 @@ async fn execute(
     let stdin_task = tokio::spawn(feed_stdin(in_w, stdin_prefix, stdin, credits));
 
     let mut killed = late;
+    // A profile with `network.egress`: its proxy, for as long as the job runs.
+    let mut _proxy = None;
     let report: JobReport = loop {
         tokio::select! {
             msg = events.recv() => match msg {
                 Some(FromSpawner::Running { landlock: l, .. }) => landlock = Some(l),
+                Some(FromSpawner::Egress { listener, .. }) => {
+                    let policy = crate::egress::EgressPolicy::new(
+                        active.profile.file.network.egress_allow(),
+                    );
+                    match crate::egress::start(listener.take(), policy, job_id) {
+                        Ok(task) => _proxy = Some(task),
+                        Err(e) => {
+                            // Its only way out is missing: the job runs with none (the
+                            // proxy's port refuses), and the log says why.
+                            tracing::error!(error = %e, "egress proxy not started");
+                        }
+                    }
+                }
                 Some(FromSpawner::Finished { report, .. }) => break *report,
                 Some(_) => {}
                 None => return Err("the spawner went away".into()),

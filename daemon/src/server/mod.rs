@@ -89,8 +89,20 @@ pub fn activate(profile: Profile, facts: &HostFacts) -> ActiveProfile {
             profile.file.python.interpreter.display()
         ));
     }
-    let (filters, count) = match seccomp::load(&profile.seccomp_path, profile.file.network.enabled)
-    {
+    if !profile.file.network.egress.is_empty() {
+        if facts.rootless {
+            problems.push(
+                "network.egress needs a root daemon (the job's network namespace and its egress proxy are made in the host's user namespace)".into(),
+            );
+        }
+        if facts.landlock_abi < 4 {
+            problems.push(format!(
+                "network.egress needs Landlock ABI 4 (TCP rules) but the kernel offers {}",
+                facts.landlock_abi
+            ));
+        }
+    }
+    let (filters, count) = match seccomp::load(&profile.seccomp_path, profile.file.network.inet()) {
         Ok(p) => (p.to_wire(), p.filter_count()),
         Err(e) => {
             problems.push(format!("seccomp policy: {}", crate::error_chain(&e)));
@@ -101,7 +113,7 @@ pub fn activate(profile: Profile, facts: &HostFacts) -> ActiveProfile {
         problems.push("seccomp policy compiled to no filter".into());
     }
     let zygote_seccomp = if profile.file.warm.zygote {
-        match seccomp::load_zygote(&profile.seccomp_path, profile.file.network.enabled) {
+        match seccomp::load_zygote(&profile.seccomp_path, profile.file.network.inet()) {
             Ok(z) => Some(crate::sandbox::plan::ZygoteSeccompWire {
                 zygote: z.zygote.to_wire(),
                 job: z.job.to_wire(),
