@@ -267,6 +267,34 @@ pub fn reset_sigchld_and_mask() -> io::Result<()> {
     Ok(())
 }
 
+/// Every signal at its default action and none blocked: what a fresh process gets from
+/// the kernel, whatever the daemon inherited from how it was started (a shell's
+/// background job ignores SIGINT and SIGQUIT, and an ignored signal stays ignored
+/// across execve, as a blocked one stays blocked). SIGKILL and SIGSTOP cannot be changed,
+/// and the C library's reserved real-time signals refuse it (EINVAL): both are skipped.
+pub fn reset_signals() -> io::Result<()> {
+    use nix::sys::signal::{sigprocmask, SigSet, SigmaskHow};
+    for sig in 1..=libc::SIGRTMAX() {
+        if sig == libc::SIGKILL || sig == libc::SIGSTOP {
+            continue;
+        }
+        // SAFETY: an all-zero sigaction is SIG_DFL with an empty mask and no flags:
+        // no handler of ours is installed, so no code can run on a signal.
+        let dfl: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: `dfl` is a valid sigaction for the duration of the call; the old
+        // action is not asked for.
+        let r = unsafe { libc::sigaction(sig, &dfl, std::ptr::null_mut()) };
+        if r != 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EINVAL) {
+                return Err(e);
+            }
+        }
+    }
+    sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None)?;
+    Ok(())
+}
+
 /// `pidfd_open(2)`: a pidfd for `pid` (a zombie has one too, until it is reaped).
 pub fn pidfd_open(pid: libc::pid_t) -> io::Result<OwnedFd> {
     // SAFETY: a plain syscall with two integer arguments.

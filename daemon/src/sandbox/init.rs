@@ -477,8 +477,10 @@ fn payload(
     (kernel_landlock_abi, rootless, weakening): (u32, bool, &Weakening),
     exec_w: &OwnedFd,
 ) -> Result<std::convert::Infallible, SetupError> {
-    // 5. Own session, stdio on 0/1/2, everything else gone at execve.
+    // 5. Own session, stdio on 0/1/2, everything else gone at execve; every signal at
+    //    its default action and none blocked (not the daemon's inherited dispositions).
     nix::unistd::setsid().map_err(|e| SetupError::errno("setsid", e))?;
+    sys::reset_signals().map_err(|e| SetupError::io("signals", "/".as_ref(), &e))?;
     for (target, fd) in stdio.iter().enumerate() {
         sys::dup_onto(fd.as_fd(), target as i32)
             .map_err(|e| SetupError::io("dup2", "stdio".as_ref(), &e))?;

@@ -174,6 +174,13 @@ pub fn main() -> ! {
     // SAFETY: the daemon passes the link socket as fd 3 and nothing else owns it.
     #[allow(unsafe_code)]
     let link = unsafe { OwnedFd::from_raw_fd(LINK_FD) };
+    // Dispositions and mask as a fresh process has them, not as the daemon was started
+    // with (ignored and blocked signals survive execve, and every job's init and
+    // payload are clones of this process).
+    if let Err(e) = sys::reset_signals() {
+        eprintln!("vivariumd spawner: resetting signal dispositions: {e}");
+        sys::exit_now(1);
+    }
     // If the server dies, so do we (and with us, through their own death signal, the
     // jobs' inits).
     let _ = sys::set_parent_death_signal(libc::SIGKILL);
