@@ -283,6 +283,12 @@ fn init(
         }
     }
 
+    // The job's own user namespace limits (its inotify budget; no namespaces for a
+    // job, which seccomp refuses anyway): after init's own last namespace, in that user
+    // namespace (the sysctl acts on the writer's), where init holds CAP_SYS_RESOURCE;
+    // lowered for good (the payload never holds it).
+    set_user_ns_limits(plan.is_zygote)?;
+
     // 3. Hostname, the script, rlimits (inherited by the payload).
     if !weakening.drops(Layer::UtsNs) {
         nix::unistd::sethostname(&plan.hostname)
@@ -444,6 +450,23 @@ pub(crate) fn attach_self(files: &[OwnedFd], name: &str) -> Result<(), SetupErro
 }
 
 const MEMFD_NOEXEC: &str = "/proc/sys/vm/memfd_noexec";
+
+/// `/proc/sys/user/<name>` of the caller's user namespace (the sysctl acts on the
+/// writer's). A zygote keeps its namespace limits: it makes each forked job's.
+pub(super) fn set_user_ns_limits(zygote: bool) -> Result<(), SetupError> {
+    let zero = super::plan::NO_NAMESPACES.iter().map(|n| (*n, 0));
+    let namespaces: Vec<(&str, u64)> = if zygote { Vec::new() } else { zero.collect() };
+    for (name, value) in super::plan::USER_NS_LIMITS
+        .iter()
+        .copied()
+        .chain(namespaces)
+    {
+        let path = std::path::Path::new("/proc/sys/user").join(name);
+        std::fs::write(&path, format!("{value}\n"))
+            .map_err(|e| SetupError::io("userns-limits", &path, &e))?;
+    }
+    Ok(())
+}
 
 fn set_memfd_noexec() -> Result<(), SetupError> {
     if !std::path::Path::new(MEMFD_NOEXEC).exists() {

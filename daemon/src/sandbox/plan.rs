@@ -11,6 +11,32 @@ pub const SANDBOX_GID: u32 = 1000;
 /// Where the script is written inside the sandbox.
 pub const SCRIPT_PATH: &str = "/work/main.py";
 pub const HOSTNAME: &str = "vivarium";
+/// A job's share of the per-user kernel budgets that every job's user namespace charges
+/// to its creator, the host's uid 0 (Linux counts them per user namespace and again at
+/// each level above). Sized so that `max_concurrent_jobs` jobs at their caps stay far
+/// below the host's per-user defaults (a root shell's RLIMIT_SIGPENDING is ~96,000 on a
+/// 24 GiB machine, `fs.inotify.max_user_instances` 128): before, one job queued 96,361
+/// signals, and every root process on the host got EAGAIN from `timer_create`.
+pub const SIGPENDING: u64 = 1024;
+pub const MSGQUEUE_BYTES: u64 = 64 << 10;
+pub const MEMLOCK_BYTES: u64 = 1 << 20;
+/// The job's own user namespace limits (`/proc/sys/user/*`, written by init in that
+/// namespace): inotify instances and watches. A job makes no namespace at all (seccomp
+/// refuses it) and gets a limit of 0 for each kind, a zygote keeps the default (it makes
+/// every forked job's).
+pub const USER_NS_LIMITS: &[(&str, u64)] =
+    &[("max_inotify_instances", 8), ("max_inotify_watches", 8192)];
+pub const NO_NAMESPACES: &[&str] = &[
+    "max_cgroup_namespaces",
+    "max_ipc_namespaces",
+    "max_mnt_namespaces",
+    "max_net_namespaces",
+    "max_pid_namespaces",
+    "max_time_namespaces",
+    "max_user_namespaces",
+    "max_uts_namespaces",
+];
+
 /// The egress proxy's port on the loopback of a sandbox with [`JobPlan::egress`] (its
 /// own network namespace: no other listener can hold it).
 pub const EGRESS_PORT: u16 = 3128;
@@ -47,6 +73,12 @@ pub enum MountStep {
 pub struct RlimitPlan {
     pub nofile: u64,
     pub fsize: u64,
+    /// Queued signals ([`SIGPENDING`]), POSIX message queue bytes ([`MSGQUEUE_BYTES`])
+    /// and locked memory ([`MEMLOCK_BYTES`]): per-user kernel budgets that are charged
+    /// up the user-namespace chain to its creator (host root, for every job).
+    pub sigpending: u64,
+    pub msgqueue: u64,
+    pub memlock: u64,
     /// Per-process stand-ins for the cgroup limits when the daemon has no cgroup
     /// (rootless without delegation): address space, CPU seconds, processes.
     pub fallback: Option<RlimitFallback>,
@@ -365,6 +397,9 @@ pub fn build(
         rlimits: RlimitPlan {
             nofile: profile.file.limits.nofile,
             fsize: profile.file.limits.fsize_bytes,
+            sigpending: SIGPENDING,
+            msgqueue: MSGQUEUE_BYTES,
+            memlock: MEMLOCK_BYTES,
             fallback: without_cgroup.then(|| RlimitFallback {
                 address_space: limits.memory_bytes,
                 cpu_seconds: limits.cpu_ms.div_ceil(1000),

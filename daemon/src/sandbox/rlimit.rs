@@ -4,12 +4,21 @@ use super::plan::RlimitPlan;
 use super::SetupError;
 use nix::sys::resource::{setrlimit, Resource};
 
-/// No core dumps; a cap on open files and on the size of any file written.
+/// No core dumps; a cap on open files and on the size of any file written; the job's
+/// share of the per-user budgets charged to the creator of its user namespace (queued
+/// signals, POSIX message queue bytes, locked memory).
 pub fn apply(plan: &RlimitPlan) -> Result<(), SetupError> {
     for (step, res, value) in [
         ("rlimit-core", Resource::RLIMIT_CORE, 0),
         ("rlimit-nofile", Resource::RLIMIT_NOFILE, plan.nofile),
         ("rlimit-fsize", Resource::RLIMIT_FSIZE, plan.fsize),
+        (
+            "rlimit-sigpending",
+            Resource::RLIMIT_SIGPENDING,
+            plan.sigpending,
+        ),
+        ("rlimit-msgqueue", Resource::RLIMIT_MSGQUEUE, plan.msgqueue),
+        ("rlimit-memlock", Resource::RLIMIT_MEMLOCK, plan.memlock),
     ] {
         setrlimit(res, value, value).map_err(|e| SetupError::errno(step, e))?;
     }

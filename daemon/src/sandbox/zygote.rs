@@ -478,6 +478,8 @@ fn payload(
             detail: "init did not map the payload's user namespace".into(),
         });
     }
+    // This job's own user namespace: its limits, as a cold job's init sets them.
+    super::init::set_user_ns_limits(false)?;
     // As a cold payload from here (init.rs steps 5 to 7), without the execve.
     nix::unistd::setsid().map_err(|e| SetupError::errno("setsid", e))?;
     for (target, fd) in stdio.iter().enumerate() {
