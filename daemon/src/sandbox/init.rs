@@ -287,7 +287,7 @@ fn init(
     // job, which seccomp refuses anyway): after init's own last namespace, in that user
     // namespace (the sysctl acts on the writer's), where init holds CAP_SYS_RESOURCE;
     // lowered for good (the payload never holds it).
-    set_user_ns_limits(plan.is_zygote)?;
+    set_user_ns_limits(plan.is_zygote || weakening.drops(Layer::NamespaceLimits))?;
 
     // 3. Hostname, the script, rlimits (inherited by the payload).
     if !weakening.drops(Layer::UtsNs) {
@@ -452,10 +452,15 @@ pub(crate) fn attach_self(files: &[OwnedFd], name: &str) -> Result<(), SetupErro
 const MEMFD_NOEXEC: &str = "/proc/sys/vm/memfd_noexec";
 
 /// `/proc/sys/user/<name>` of the caller's user namespace (the sysctl acts on the
-/// writer's). A zygote keeps its namespace limits: it makes each forked job's.
-pub(super) fn set_user_ns_limits(zygote: bool) -> Result<(), SetupError> {
+/// writer's). `keep_namespaces`: a zygote keeps its namespace limits (it makes each
+/// forked job's), and so does a test-only weakened job.
+pub(super) fn set_user_ns_limits(keep_namespaces: bool) -> Result<(), SetupError> {
     let zero = super::plan::NO_NAMESPACES.iter().map(|n| (*n, 0));
-    let namespaces: Vec<(&str, u64)> = if zygote { Vec::new() } else { zero.collect() };
+    let namespaces: Vec<(&str, u64)> = if keep_namespaces {
+        Vec::new()
+    } else {
+        zero.collect()
+    };
     for (name, value) in super::plan::USER_NS_LIMITS
         .iter()
         .copied()

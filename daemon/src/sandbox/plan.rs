@@ -282,6 +282,7 @@ pub fn mounts(profile: &Profile) -> Vec<MountStep> {
         path: "/proc/sys/kernel/random/boot_id".into(),
         contents: format!("{}\n", uuid::Uuid::new_v4()),
     });
+    steps.extend(proc_masks());
     for dev in ["null", "zero", "full", "random", "urandom"] {
         steps.push(MountStep::Device {
             source: Path::new("/dev").join(dev),
@@ -301,6 +302,50 @@ pub fn mounts(profile: &Profile) -> Vec<MountStep> {
     }
     steps.push(tmpfs("/dev/shm", fs.shm_size_bytes, 1024));
     steps
+}
+
+/// Host-global facts under /proc that a job has no need of, masked with neutral
+/// contents (docs/SECURITY.md lists what stays visible, and why): the kernel command
+/// line and configuration, disks and partitions, the host's load and pressure, its
+/// physical memory map, device majors, consoles, the core-dump handler. Only files the
+/// host's procfs has (the job's is of the same kernel); looked up once.
+fn proc_masks() -> Vec<MountStep> {
+    static MASKS: std::sync::OnceLock<Vec<MountStep>> = std::sync::OnceLock::new();
+    MASKS
+        .get_or_init(|| {
+            const PRESSURE: &str = "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n\
+                                    full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n";
+            [
+                ("/proc/cmdline", "\n"),
+                ("/proc/config.gz", ""),
+                ("/proc/partitions", "major minor  #blocks  name\n\n"),
+                ("/proc/diskstats", ""),
+                ("/proc/loadavg", "0.00 0.00 0.00 1/1 1\n"),
+                ("/proc/pressure/cpu", PRESSURE),
+                ("/proc/pressure/io", PRESSURE),
+                ("/proc/pressure/memory", PRESSURE),
+                (
+                    "/proc/pressure/irq",
+                    "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n",
+                ),
+                ("/proc/iomem", ""),
+                ("/proc/ioports", ""),
+                (
+                    "/proc/devices",
+                    "Character devices:\n  1 mem\n\nBlock devices:\n",
+                ),
+                ("/proc/consoles", ""),
+                ("/proc/sys/kernel/core_pattern", "core\n"),
+            ]
+            .into_iter()
+            .filter(|(path, _)| Path::new(path).exists())
+            .map(|(path, contents)| MountStep::Mask {
+                path: path.into(),
+                contents: contents.into(),
+            })
+            .collect()
+        })
+        .clone()
 }
 
 /// The environment, built from nothing.
@@ -493,6 +538,43 @@ mod tests {
         assert_eq!(strip(warm), strip(cold));
     }
 
+    /// Every host-global /proc file the host has is masked, under the procfs (so a
+    /// mount template can hold the plan), and none more than once.
+    #[test]
+    fn host_facts_under_proc_are_masked() {
+        let masks: Vec<PathBuf> = mounts(&default_profile())
+            .into_iter()
+            .filter_map(|m| match m {
+                MountStep::Mask { path, .. } => Some(path),
+                _ => None,
+            })
+            .collect();
+        for path in [
+            "/proc/cmdline",
+            "/proc/partitions",
+            "/proc/diskstats",
+            "/proc/loadavg",
+        ] {
+            assert!(masks.contains(&PathBuf::from(path)), "{path}: {masks:?}");
+        }
+        for path in [
+            "/proc/pressure/cpu",
+            "/proc/config.gz",
+            "/proc/sys/kernel/core_pattern",
+        ] {
+            assert_eq!(
+                masks.contains(&PathBuf::from(path)),
+                Path::new(path).exists(),
+                "{path}"
+            );
+        }
+        let mut unique = masks.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), masks.len(), "{masks:?}");
+        assert!(masks.iter().all(|m| m.starts_with("/proc/")));
+    }
+
     #[test]
     fn each_plan_masks_the_boot_id_with_a_fresh_uuid_in_the_kernels_format() {
         let p = default_profile();
@@ -500,8 +582,9 @@ mod tests {
             let masks: Vec<String> = steps
                 .into_iter()
                 .filter_map(|m| match m {
-                    MountStep::Mask { path, contents } => {
-                        assert_eq!(path, Path::new("/proc/sys/kernel/random/boot_id"));
+                    MountStep::Mask { path, contents }
+                        if path == Path::new("/proc/sys/kernel/random/boot_id") =>
+                    {
                         Some(contents)
                     }
                     _ => None,

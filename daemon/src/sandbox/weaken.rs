@@ -68,10 +68,13 @@ pub enum Layer {
     ReadOnlyRoot,
     /// /work, /tmp and /dev/shm are mounted without noexec.
     NoexecScratch,
+    /// The job's user namespace keeps the kernel's namespace limits (it may make
+    /// namespaces of every kind, as far as seccomp lets it).
+    NamespaceLimits,
 }
 
 impl Layer {
-    pub const ALL: [Layer; 15] = [
+    pub const ALL: [Layer; 16] = [
         Layer::PidNs,
         Layer::NetNs,
         Layer::NetNsOwner,
@@ -87,6 +90,7 @@ impl Layer {
         Layer::CloseFds,
         Layer::ReadOnlyRoot,
         Layer::NoexecScratch,
+        Layer::NamespaceLimits,
     ];
 
     /// The name used on the test binary's command line and in the attack manifest.
@@ -107,6 +111,7 @@ impl Layer {
             Layer::CloseFds => "close-fds",
             Layer::ReadOnlyRoot => "read-only-root",
             Layer::NoexecScratch => "noexec-scratch",
+            Layer::NamespaceLimits => "namespace-limits",
         }
     }
 
