@@ -121,3 +121,45 @@ async fn the_jobs_proc_shows_none_of_the_hosts_global_facts() {
         describe(&c)
     );
 }
+
+/// Issue 17, point 1: the boot clock predated the sandbox by the host's uptime. Each job
+/// now has a time namespace whose monotonic and boot clocks start near zero when it is
+/// made; the outcome lists it. (Compared with the host's uptime read before the job: the
+/// daemon started after that, so a job with the host's clocks would show at least as
+/// much.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_jobs_clocks_start_near_zero() {
+    if !require_root() {
+        return;
+    }
+    let host_up = || -> f64 {
+        let text = std::fs::read_to_string("/proc/uptime").unwrap();
+        text.split_whitespace().next().unwrap().parse().unwrap()
+    };
+    let daemon = Daemon::start(DaemonOpts::default());
+    let code = "import json, time\n\
+                print(json.dumps({'uptime': float(open('/proc/uptime').read().split()[0]), \
+                'boottime': time.clock_gettime(time.CLOCK_BOOTTIME), \
+                'monotonic': time.clock_gettime(time.CLOCK_MONOTONIC)}))\n";
+    for profile in ["default", "zygote"] {
+        let before = host_up();
+        let c = daemon.run_job(&Job::new(code).profile(profile)).await;
+        assert_eq!(c.outcome.reason, Reason::Ok, "{}", describe(&c));
+        let ev = evidence(&c);
+        assert!(
+            c.outcome.isolation.namespaces.iter().any(|n| n == "time"),
+            "{profile}: {:?}",
+            c.outcome.isolation.namespaces
+        );
+        for clock in ["uptime", "boottime", "monotonic"] {
+            let t = ev[clock].as_f64().unwrap();
+            // Within the job's own lifetime (its wall limit is 30 s; a zygote's forked
+            // job's namespace is made at its fork), and far below the host's.
+            assert!(t < 31.0, "{profile}: {clock} = {t}: {ev}");
+            assert!(
+                before - t > 1.0,
+                "{profile}: {clock} = {t}, host {before}: {ev}"
+            );
+        }
+    }
+}

@@ -488,7 +488,7 @@ async fn outcome_reports_the_isolation_in_force() {
     let iso = &done.outcome.isolation;
     assert_eq!(
         iso.namespaces,
-        ["user", "mount", "pid", "net", "ipc", "uts", "cgroup"]
+        ["user", "mount", "pid", "net", "ipc", "uts", "cgroup", "time"]
     );
     assert_eq!((iso.uid, iso.gid), (1000, 1000));
     assert!(iso.no_new_privs && iso.capabilities_dropped, "{iso:?}");

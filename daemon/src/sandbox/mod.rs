@@ -9,6 +9,7 @@ pub mod plan;
 pub mod report;
 pub mod rlimit;
 pub mod seccomp;
+pub mod timens;
 pub mod weaken;
 pub mod zygote;
 

@@ -154,6 +154,10 @@ pub struct JobPlan {
     /// built on a capped tmpfs there and copied out after the sandbox has ended.
     #[serde(default)]
     pub export: Option<PathBuf>,
+    /// Set by the spawner, not the server: the job gets a time namespace of its own
+    /// (`sandbox::timens`). A zygote-forked job's init makes it, and fails without it.
+    #[serde(default)]
+    pub time_ns: bool,
     /// A warm sandbox that the spawner may build by forking the profile's zygote (see
     /// `sandbox::zygote`) instead of a cold start; `None`: always a cold start.
     #[serde(default)]
@@ -460,6 +464,7 @@ pub fn build(
         warm: false,
         egress,
         export: None,
+        time_ns: false,
         zygote: None,
         is_zygote: false,
     }

@@ -71,10 +71,12 @@ pub enum Layer {
     /// The job's user namespace keeps the kernel's namespace limits (it may make
     /// namespaces of every kind, as far as seccomp lets it).
     NamespaceLimits,
+    /// No time namespace of its own: the job's monotonic and boot clocks are the host's.
+    TimeNs,
 }
 
 impl Layer {
-    pub const ALL: [Layer; 16] = [
+    pub const ALL: [Layer; 17] = [
         Layer::PidNs,
         Layer::NetNs,
         Layer::NetNsOwner,
@@ -91,6 +93,7 @@ impl Layer {
         Layer::ReadOnlyRoot,
         Layer::NoexecScratch,
         Layer::NamespaceLimits,
+        Layer::TimeNs,
     ];
 
     /// The name used on the test binary's command line and in the attack manifest.
@@ -112,6 +115,7 @@ impl Layer {
             Layer::ReadOnlyRoot => "read-only-root",
             Layer::NoexecScratch => "noexec-scratch",
             Layer::NamespaceLimits => "namespace-limits",
+            Layer::TimeNs => "time-ns",
         }
     }
 

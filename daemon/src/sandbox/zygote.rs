@@ -378,6 +378,12 @@ fn prepare(encoded: &mut [u8], attach: &[OwnedFd]) -> Result<(JobPlan, Prepared)
     super::init::attach_self(attach, &format!("job-{}", plan.job_id))?;
     // The payload's host uid differs from ours, and we stay out of its reach anyway.
     sys::set_dumpable(false).map_err(|e| SetupError::io("dumpable", "/".as_ref(), &e))?;
+    // A time namespace of its own, clocks near zero, for the payload this init forks
+    // (a fork, not a CLONE_VM child: it may enter another time namespace).
+    if plan.time_ns {
+        super::timens::unshare_near_zero()
+            .map_err(|e| SetupError::io("time-ns", "/proc/self/timens_offsets".as_ref(), &e))?;
+    }
     let flags = CloneFlags::CLONE_NEWNS
         | CloneFlags::CLONE_NEWIPC
         | CloneFlags::CLONE_NEWUTS

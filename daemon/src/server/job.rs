@@ -377,6 +377,8 @@ async fn execute(
         .into_iter()
         .filter(|(_, layer)| !layer.is_some_and(|l| weak.drops(l)))
         .map(|(ns, _)| ns.to_owned())
+        // As the spawner made it (a root daemon, a kernel with time namespaces).
+        .chain(report.time_namespace.then(|| "time".to_owned()))
         .collect(),
         uid: if keeps_root { 0 } else { plan::SANDBOX_UID },
         gid: if keeps_root { 0 } else { plan::SANDBOX_GID },

@@ -135,6 +135,11 @@ pub fn activate(profile: Profile, facts: &HostFacts) -> ActiveProfile {
     } else if !std::path::Path::new("/proc/sys/vm/memfd_noexec").exists() {
         not_enforced.push("non-executable memfds (vm.memfd_noexec, Linux 6.3)".into());
     }
+    if facts.rootless || !crate::sandbox::timens::available() {
+        not_enforced.push(
+            "a time namespace per job: the monotonic and boot clocks and /proc/uptime are the host's (needs a root daemon and Linux 5.6)".into(),
+        );
+    }
     if facts.cgroup.is_none() {
         not_enforced.push(
             "cgroup limits: memory, processes and CPU time are limited per process by \

@@ -159,6 +159,9 @@ pub struct JobReport {
     /// forked from a zygote).
     #[serde(default)]
     pub seccomp_filters: Option<u32>,
+    /// The job had a time namespace of its own (clocks near zero).
+    #[serde(default)]
+    pub time_namespace: bool,
 }
 
 fn config() -> impl bincode::config::Config {

@@ -73,9 +73,14 @@ struct Spawner {
     free_slots: Vec<u32>,
     zygotes: zygote::Zygotes,
     net: SpareNet,
+    /// The spawner's own time namespace, to return its children's to after each clone
+    /// (`None`: no time namespaces here, or a rootless daemon).
+    time_home: Option<OwnedFd>,
     templates: template::Templates,
     /// Where link frames are received (`MAX_LINK_FRAME + 1` bytes).
     recv_buf: Vec<u8>,
+    /// The last cold clone put its child in a time namespace of its own.
+    timed: bool,
 }
 
 /// A fresh, empty network namespace made ahead of the next job, off its critical path
@@ -287,6 +292,11 @@ fn run(link: OwnedFd) -> Result<(), String> {
         free_slots: (0..config.max_jobs).rev().collect(),
         zygotes: zygote::Zygotes::new(),
         net: SpareNet::new(config.rootless),
+        time_home: if config.rootless || !crate::sandbox::timens::available() {
+            None
+        } else {
+            open_ns("/proc/self/ns/time").ok()
+        },
         templates: template::Templates::new(
             !config.rootless && config.weakening.is_empty(),
             config.state_dir.join("root"),
@@ -296,6 +306,7 @@ fn run(link: OwnedFd) -> Result<(), String> {
         landlock_abi,
         jobs: Vec::new(),
         recv_buf,
+        timed: false,
     };
     spawner.serve()
 }
@@ -699,6 +710,7 @@ impl Spawner {
             _lifeline: lifeline,
             report: JobReport {
                 cgroup: self.cgroup_version(),
+                time_namespace: self.timed,
                 ..Default::default()
             },
             reported: false,
@@ -785,10 +797,23 @@ impl Spawner {
                 Err(_) => {}
             }
         }
+        // A time namespace of its own for the job, its clocks near zero (S3t, see
+        // `sandbox::timens`): made for the spawner's children just before the clone, so
+        // init is born in it; the spawner's own clocks never change.
+        let timed = self.time_home.is_some()
+            && !weak.drops(Layer::TimeNs)
+            && crate::sandbox::timens::unshare_near_zero().is_ok();
+        if !timed {
+            self.leave_time_ns(None);
+        }
         // The job's mount namespace as a copy of its plan's template (see `template`);
         // the spawner is in the template's namespace only around the clone3.
         let on_template = !plan.is_zygote && self.templates.enter(plan);
         let forked = sys::clone3(flags, cgroup.and_then(|c| c.dir_fd()));
+        if timed && !matches!(forked, Ok(sys::Forked::Child)) {
+            self.leave_time_ns(forked.as_ref().ok());
+        }
+        self.timed = timed;
         if on_template && !matches!(forked, Ok(sys::Forked::Child)) {
             if let Err(e) = self.templates.leave() {
                 // Every later job would be cloned from the template's copy: fail closed.
@@ -896,6 +921,21 @@ impl Spawner {
             lifeline,
             attach_parent,
         ))
+    }
+
+    /// Put the spawner's children's time namespace back to its own (after a clone into
+    /// a job's, or after a failed attempt to make one). If it cannot, every later job
+    /// would share this one: fail closed, killing the child just made.
+    fn leave_time_ns(&self, forked: Option<&sys::Forked>) {
+        let Some(home) = &self.time_home else { return };
+        let flags = nix::sched::CloneFlags::from_bits_retain(libc::CLONE_NEWTIME);
+        if let Err(e) = nix::sched::setns(home, flags) {
+            eprintln!("vivariumd spawner: cannot return to its time namespace: {e}");
+            if let Some(sys::Forked::Parent { pidfd, .. }) = forked {
+                let _ = sys::pidfd_send_signal(pidfd.as_fd(), libc::SIGKILL);
+            }
+            sys::exit_now(1);
+        }
     }
 
     /// The job's init has exited: reap it, report if that was not done yet, remove the

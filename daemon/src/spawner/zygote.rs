@@ -394,7 +394,15 @@ impl Spawner {
             .chain(&attach)
             .map(AsRawFd::as_raw_fd)
             .collect();
-        let msg = link::encode(plan);
+        // The forked job's init makes its time namespace where the spawner can make one
+        // for a cold job (`JobPlan::time_ns`).
+        let mut sent = plan.clone();
+        sent.time_ns = self.time_home.is_some()
+            && !self
+                .config
+                .weakening
+                .drops(crate::sandbox::weaken::Layer::TimeNs);
+        let msg = link::encode(&sent);
         sendmsg::<()>(
             z.ctl.as_raw_fd(),
             &[IoSlice::new(&msg)],
@@ -461,6 +469,11 @@ impl Spawner {
         );
         job.zygote = zygote;
         job.report.seccomp_filters = u32::try_from(filters).ok();
+        job.report.time_namespace = self.time_home.is_some()
+            && !self
+                .config
+                .weakening
+                .drops(crate::sandbox::weaken::Layer::TimeNs);
         if let Some(cause) = killed {
             super::kill(&mut job, cause);
         }
