@@ -138,11 +138,16 @@ struct Receiving {
     refused: bool,
     /// Bytes of code received (kept in `code` unless refused).
     got: usize,
-    /// The bytes received so far, out of `max_code_bytes_total`.
+    /// What `code` may hold (its capacity), out of `max_code_bytes_total`.
     permit: Option<OwnedSemaphorePermit>,
 }
 
 impl Receiving {
+    /// Bytes of `max_code_bytes_total` this script holds: `code`'s capacity.
+    fn charged(&self) -> usize {
+        self.permit.as_ref().map_or(0, |p| p.num_permits())
+    }
+
     /// Take `more` bytes of script out of the daemon's `max_code_bytes_total`; false
     /// when other jobs' scripts hold too much of it.
     fn charge(&mut self, daemon: &Daemon, more: usize) -> bool {
@@ -154,6 +159,29 @@ impl Receiving {
             None => self.permit = Some(p),
         }
         true
+    }
+
+    /// Make room in `code` for `more` bytes, charging the room to `max_code_bytes_total`
+    /// before it is allocated; false when other jobs' scripts hold too much of it. The
+    /// announced length is a claim, not a reservation (reserving it at the first chunk
+    /// let 512 connections announcing 16 MiB each take the daemon's virtual size to
+    /// 8.3 GiB, which a host with strict overcommit refuses). The buffer doubles, never
+    /// past the announced length, so a script in 64 KiB chunks is copied a few times
+    /// rather than once per chunk; where the doubled room does not fit, the room this
+    /// chunk needs is tried, so that `Busy` comes only when the bytes themselves do not fit.
+    fn make_room(&mut self, daemon: &Daemon, more: usize) -> bool {
+        let need = self.code.len() + more;
+        let charged = self.charged();
+        if need <= charged {
+            return true;
+        }
+        let doubled = (2 * charged).min(self.len).max(need);
+        let fits = self.charge(daemon, doubled - charged)
+            || (doubled > need && self.charge(daemon, need - charged));
+        if fits {
+            self.code.reserve_exact(self.charged() - self.code.len());
+        }
+        fits
     }
 }
 
@@ -453,7 +481,7 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket, peer: Peer) {
                     break;
                 }
                 r.got += chunk.len();
-                if !r.refused && !chunk.is_empty() && !r.charge(&daemon, chunk.len()) {
+                if !r.refused && !r.make_room(&daemon, chunk.len()) {
                     // The rest is read and dropped, so that the connection stays usable.
                     send_error(&sock, ErrorCode::Busy, code_budget_full(&daemon, r.len)).await;
                     r.refused = true;
@@ -461,9 +489,7 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket, peer: Peer) {
                     r.permit = None;
                 }
                 if !r.refused {
-                    if r.code.capacity() == 0 {
-                        r.code.reserve_exact(r.len);
-                    }
+                    // Within the room made (and charged) above: no allocation here.
                     r.code.extend_from_slice(&chunk);
                 }
                 if r.got == r.len && r.refused {
