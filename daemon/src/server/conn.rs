@@ -291,6 +291,70 @@ async fn hung_up(sock: &UnixSeqpacket) {
     }
 }
 
+/// How a connection holds its place without using it.
+#[derive(Debug, Clone, Copy)]
+enum Unused {
+    /// No successful hello within `hello_timeout_ms` of accept.
+    NoHello(Duration),
+    /// No job, and no frame for `idle_timeout_secs`.
+    Idle(Duration),
+}
+
+/// When a connection that holds a place without using it loses it: first the hello's
+/// deadline (from accept; frames that are not a successful hello do not move it), then
+/// the idle one (from the last frame, or the end of the last job). Without these, one
+/// admitted uid held all 1,024 places by connecting and never saying hello.
+struct Expiry {
+    at: std::pin::Pin<Box<tokio::time::Sleep>>,
+    /// What the deadline is for; `None`: there is none (`idle_timeout_secs = 0`).
+    unused: Option<Unused>,
+}
+
+impl Expiry {
+    fn hello(daemon: &Daemon) -> Expiry {
+        let within = Duration::from_millis(daemon.live().config.hello_timeout_ms);
+        Expiry {
+            at: Box::pin(tokio::time::sleep(within)),
+            unused: Some(Unused::NoHello(within)),
+        }
+    }
+
+    /// The connection did something (a frame after its hello, or its job ended): idle
+    /// from now, for the `idle_timeout_secs` of the config as it is now.
+    fn active(&mut self, daemon: &Daemon) {
+        let secs = daemon.live().config.idle_timeout_secs;
+        self.unused = (secs > 0).then(|| Unused::Idle(Duration::from_secs(secs)));
+        if let Some(Unused::Idle(after)) = self.unused {
+            self.at.as_mut().reset(tokio::time::Instant::now() + after);
+        }
+    }
+}
+
+/// Tell the client why its place is taken back (`Busy`: it may connect again) and close.
+async fn expire(sock: &UnixSeqpacket, peer: &Peer, unused: Unused) {
+    let why = match unused {
+        Unused::NoHello(within) => {
+            let ms = within.as_millis();
+            tracing::warn!(
+                uid = peer.uid,
+                ms,
+                "connection closed: no hello within hello_timeout_ms"
+            );
+            format!("no hello within {ms} ms of connecting (hello_timeout_ms); connection closed")
+        }
+        Unused::Idle(after) => {
+            let secs = after.as_secs();
+            tracing::info!(
+                uid = peer.uid,
+                secs,
+                "connection closed: idle for idle_timeout_secs"
+            );
+            format!("no job and no request for {secs} s (idle_timeout_secs); connection closed, connect again")
+        }
+    };
+    refuse(sock, ErrorCode::Busy, why, BUSY_DRAIN).await;
+}
+
 /// Serve an admitted peer's connection (the accept loop has identified and admitted it).
 pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket, peer: Peer) {
     let sock = Arc::new(sock);
@@ -298,7 +362,10 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket, peer: Peer) {
     let mut version = None;
     let mut running: Option<Running> = None;
     let mut receiving: Option<Receiving> = None;
+    let mut expiry = Expiry::hello(&daemon);
     loop {
+        // A connection whose job is queued or running is never idle.
+        let may_expire = running.is_none() && expiry.unused.is_some();
         let job_done = async {
             match running.as_mut() {
                 Some(r) => {
@@ -308,16 +375,29 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket, peer: Peer) {
             }
         };
         let n = tokio::select! {
-            n = sock.recv(&mut buf) => n,
+            // In this order: a frame already queued is read before the deadline is
+            // taken for having passed.
+            biased;
             () = job_done => {
                 running = None;
+                expiry.active(&daemon);
                 continue;
+            }
+            n = sock.recv(&mut buf) => n,
+            () = expiry.at.as_mut(), if may_expire => {
+                if let Some(unused) = expiry.unused {
+                    expire(&sock, &peer, unused).await;
+                }
+                break;
             }
         };
         let n = match n {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
+        if version.is_some() {
+            expiry.active(&daemon);
+        }
         if n > MAX_FRAME {
             send_error(
                 &sock,
@@ -338,6 +418,7 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket, peer: Peer) {
             (Request::Hello(h), None) => match negotiate(h.min_version, h.max_version) {
                 Some(v) => {
                     version = Some(v);
+                    expiry.active(&daemon);
                     let ack = HelloAck {
                         version: v,
                         daemon: format!("vivariumd/{}", env!("CARGO_PKG_VERSION")),
@@ -540,7 +621,10 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket, peer: Peer) {
                 match queue_stdin(&daemon, &sock, r, data).await {
                     Backpressure::Queued => {}
                     Backpressure::JobStdinGone => r.stdin = None,
-                    Backpressure::JobOver => running = None,
+                    Backpressure::JobOver => {
+                        running = None;
+                        expiry.active(&daemon);
+                    }
                     Backpressure::ClientGone => break,
                 }
             }
