@@ -39,8 +39,16 @@ pub struct Config {
     /// Client connections open at once; past it a new connection gets `Busy` and is
     /// closed. Each costs the daemon a 64 KiB receive buffer.
     pub max_connections: usize,
-    /// Of those, the most one uid may have open; 0 is no per-uid limit.
-    pub max_connections_per_uid: usize,
+    /// Of those, the most one uid may have open; 0 is no per-uid limit. Unset, a quarter
+    /// of `max_connections` (see [`Config::connections_per_uid`]).
+    pub max_connections_per_uid: Option<usize>,
+    /// How long a new connection may take to complete its hello, in milliseconds; past
+    /// it the daemon answers `Busy` and closes it. Counted from accept.
+    pub hello_timeout_ms: u64,
+    /// How long a connection with no job may go without a frame before the daemon
+    /// answers `Busy` and closes it, in seconds; 0 never. A connection whose job is
+    /// queued or running is never idle.
+    pub idle_timeout_secs: u64,
     /// Jobs (running or queued) one uid may have at once; 0 is no per-uid limit.
     pub max_jobs_per_uid: usize,
     /// On SIGTERM, how long running jobs may go on before they are killed.
@@ -93,7 +101,9 @@ impl Default for Config {
             max_code_bytes: 16 << 20,
             max_code_bytes_total: 256 << 20,
             max_connections: 1024,
-            max_connections_per_uid: 0,
+            max_connections_per_uid: None,
+            hello_timeout_ms: 5000,
+            idle_timeout_secs: 300,
             max_jobs_per_uid: 0,
             shutdown_grace_ms: 5000,
             idle_exit_secs: 0,
@@ -219,10 +229,22 @@ impl Config {
         if self.max_connections == 0 || self.max_connections > 65536 {
             return Err(bad("max_connections", "must be 1..=65536"));
         }
-        if self.max_connections_per_uid > self.max_connections {
+        if self
+            .max_connections_per_uid
+            .is_some_and(|n| n > self.max_connections)
+        {
             return Err(bad(
                 "max_connections_per_uid",
                 "must be at most max_connections (0 is no limit)",
+            ));
+        }
+        if self.hello_timeout_ms == 0 || self.hello_timeout_ms > 600_000 {
+            return Err(bad("hello_timeout_ms", "must be 1..=600000 (10 minutes)"));
+        }
+        if self.idle_timeout_secs > 30 * 86_400 {
+            return Err(bad(
+                "idle_timeout_secs",
+                "must be at most 30 days (0 never)",
             ));
         }
         if self.shutdown_grace_ms > 3_600_000 {
@@ -252,6 +274,14 @@ impl Config {
             ));
         }
         Ok(())
+    }
+
+    /// The most connections one uid may have open, 0 for no limit: the configured
+    /// `max_connections_per_uid`, else a quarter of `max_connections` (at least 1), so
+    /// that one uid cannot take every place while a single user still has hundreds.
+    pub fn connections_per_uid(&self) -> usize {
+        self.max_connections_per_uid
+            .unwrap_or((self.max_connections / 4).max(1))
     }
 
     /// Host id slots: one per running job, plus spares for jobs whose init is still
@@ -355,6 +385,49 @@ mod tests {
             cfg.restart_only_changes(&reloaded),
             ["max_code_bytes_total"]
         );
+    }
+
+    #[test]
+    fn connection_places_are_bounded_per_uid_and_in_time_by_default() {
+        let parse = |text: &str| toml::from_str::<Config>(text).unwrap();
+        let invalid = |text: &str| match parse(text).validate() {
+            Err(ConfigError::Invalid { field, .. }) => field,
+            other => panic!("{text}: {other:?}"),
+        };
+        let cfg = Config::default();
+        assert_eq!(
+            (
+                cfg.connections_per_uid(),
+                cfg.hello_timeout_ms,
+                cfg.idle_timeout_secs
+            ),
+            (256, 5000, 300)
+        );
+        // Unset, the per-uid cap follows max_connections (a quarter, at least one);
+        // set, it is what it says, and 0 is still no limit.
+        let per_uid = |text: &str| {
+            let cfg = parse(text);
+            cfg.validate().unwrap();
+            cfg.connections_per_uid()
+        };
+        assert_eq!(per_uid("max_connections = 64"), 16);
+        assert_eq!(per_uid("max_connections = 3"), 1);
+        assert_eq!(per_uid("max_connections_per_uid = 0"), 0);
+        assert_eq!(
+            per_uid("max_connections = 4\nmax_connections_per_uid = 4"),
+            4
+        );
+        assert_eq!(invalid("hello_timeout_ms = 0"), "hello_timeout_ms");
+        assert_eq!(invalid("hello_timeout_ms = 600001"), "hello_timeout_ms");
+        assert_eq!(invalid("idle_timeout_secs = 2592001"), "idle_timeout_secs");
+        let cfg = parse("hello_timeout_ms = 250\nidle_timeout_secs = 0");
+        cfg.validate().unwrap();
+        // All three are read as connections come and go: a reload changes them.
+        let mut reloaded = cfg.clone();
+        reloaded.hello_timeout_ms = 9000;
+        reloaded.idle_timeout_secs = 60;
+        reloaded.max_connections_per_uid = Some(7);
+        assert!(cfg.restart_only_changes(&reloaded).is_empty());
     }
 
     #[test]

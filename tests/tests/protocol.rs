@@ -1,5 +1,6 @@
 //! The daemon against bad clients: raw frames it must refuse with the right code while the
-//! connection (and the daemon) goes on; and who may connect at all.
+//! connection (and the daemon) goes on; who may connect at all; and how long a connection
+//! keeps its place without using it.
 #![forbid(unsafe_code)]
 
 use std::os::unix::process::CommandExt;
@@ -305,6 +306,166 @@ async fn connections_per_uid_are_capped() {
     drop(open.pop());
     let served = RawConn::served_again(daemon.socket()).await;
     assert!(served, "the place root gave up was not taken again");
+}
+
+/// By default one uid may hold a quarter of `max_connections` (here 8, so 2): root, holding
+/// two, is told `Busy` for a third while another uid is still served. (The default was no
+/// per-uid limit: one uid could take every place.)
+#[tokio::test(flavor = "multi_thread")]
+async fn one_uid_gets_a_quarter_of_the_places_by_default() {
+    if !require_root() {
+        return;
+    }
+    let daemon = Daemon::start(
+        DaemonOpts::default()
+            .socket_mode("0666")
+            .allow_uid(NOBODY)
+            .config_line("max_connections = 8"),
+    );
+    let mut open = Vec::new();
+    for _ in 0..2 {
+        let mut c = RawConn::connect(daemon.socket()).await;
+        c.hello().await;
+        open.push(c);
+    }
+    let mut third = RawConn::connect(daemon.socket()).await;
+    third.send_bytes(&hello()).await;
+    third
+        .expect_refused(ErrorCode::Busy, "uid 0 has 2 connections open")
+        .await;
+    assert_admitted(&viv_as(&daemon, NOBODY, NOBODY));
+}
+
+/// The attack of issue 17: one admitted uid (per-uid cap off) takes every connection place
+/// by connecting and never completing a hello, so every other client gets `Busy`. With
+/// `hello_timeout_ms`, each such connection is told `Busy` (naming the setting) and closed;
+/// a failed hello (`UnsupportedVersion`) does not stop the clock; then another uid is
+/// served. A connection that did say hello keeps its place past that deadline.
+#[tokio::test(flavor = "multi_thread")]
+async fn connections_that_never_say_hello_lose_their_place() {
+    if !require_root() {
+        return;
+    }
+    const PLACES: usize = 16;
+    let daemon = Daemon::start(
+        DaemonOpts::default()
+            .socket_mode("0666")
+            .allow_uid(NOBODY)
+            .config_line(&format!("max_connections = {PLACES}"))
+            .config_line("max_connections_per_uid = 0")
+            .config_line("hello_timeout_ms = 2000"),
+    );
+    let mut honest = RawConn::connect(daemon.socket()).await;
+    honest.hello().await;
+    let mut silent = Vec::new();
+    for _ in 1..PLACES - 1 {
+        silent.push(RawConn::connect(daemon.socket()).await);
+    }
+    // One more that tries a hello the daemon cannot take, and then says nothing.
+    let mut stubborn = RawConn::connect(daemon.socket()).await;
+    let future = encode(&Request::Hello(Hello {
+        min_version: PROTOCOL_VERSION + 1,
+        max_version: PROTOCOL_VERSION + 5,
+        client: "from the future".into(),
+    }))
+    .unwrap();
+    assert_eq!(
+        answer(&mut stubborn, &future).await,
+        Some(ErrorCode::UnsupportedVersion)
+    );
+    silent.push(stubborn);
+    // Every place is taken (well within the 2 s).
+    let mut over = RawConn::connect(daemon.socket()).await;
+    over.send_bytes(&hello()).await;
+    over.expect_refused(ErrorCode::Busy, "max_connections")
+        .await;
+    for c in &mut silent {
+        c.expect_refused(ErrorCode::Busy, "hello_timeout_ms").await;
+    }
+    assert_admitted(&viv_as(&daemon, NOBODY, NOBODY));
+    let logged = daemon
+        .log()
+        .matches("no hello within hello_timeout_ms")
+        .count();
+    assert_eq!(logged, PLACES - 1, "{}", daemon.log());
+    // The connection that said hello first is older than the deadline and still served.
+    honest
+        .send(&submit(Code::Inline(b"print('still here')".to_vec())))
+        .await;
+    assert_eq!(
+        run_to_end(&mut honest).await,
+        (Reason::Ok, b"still here\n".to_vec())
+    );
+}
+
+/// Idle connections lose their place too: with `idle_timeout_secs = 2`, connections past
+/// their hello that hold every place with no job (one of them in the middle of a chunked
+/// submit) are told `Busy` (naming the setting) and closed, and another uid is then
+/// served. A connection whose job runs for twice that is never idle: its job ends `Ok`,
+/// and only after it does the idle clock starts for that connection too.
+#[tokio::test(flavor = "multi_thread")]
+async fn idle_connections_lose_their_place_but_not_while_a_job_runs() {
+    if !require_root() {
+        return;
+    }
+    const PLACES: usize = 8;
+    let daemon = Daemon::start(
+        DaemonOpts::default()
+            .socket_mode("0666")
+            .allow_uid(NOBODY)
+            .config_line(&format!("max_connections = {PLACES}"))
+            .config_line("max_connections_per_uid = 0")
+            .config_line("idle_timeout_secs = 2"),
+    );
+    let mut working = RawConn::connect(daemon.socket()).await;
+    working.hello().await;
+    working
+        .send(&submit(Code::Inline(
+            b"import time\ntime.sleep(4)\nprint('slept')".to_vec(),
+        )))
+        .await;
+    let mut idle = Vec::new();
+    for _ in 1..PLACES - 1 {
+        let mut c = RawConn::connect(daemon.socket()).await;
+        c.hello().await;
+        idle.push(c);
+    }
+    // A chunked submit that stops halfway is idle from its last chunk.
+    let mut half = RawConn::connect(daemon.socket()).await;
+    half.hello().await;
+    half.send(&submit(Code::Chunked { len: 1000 })).await;
+    half.send(&Request::CodeChunk(b"print(1)\n".to_vec())).await;
+    idle.push(half);
+    let mut over = RawConn::connect(daemon.socket()).await;
+    over.send_bytes(&hello()).await;
+    over.expect_refused(ErrorCode::Busy, "max_connections")
+        .await;
+    for c in &mut idle {
+        c.expect_refused(ErrorCode::Busy, "idle_timeout_secs").await;
+    }
+    assert_admitted(&viv_as(&daemon, NOBODY, NOBODY));
+    assert_eq!(
+        run_to_end(&mut working).await,
+        (Reason::Ok, b"slept\n".to_vec())
+    );
+    working
+        .expect_refused(ErrorCode::Busy, "idle_timeout_secs")
+        .await;
+    let logged = daemon.log().matches("idle for idle_timeout_secs").count();
+    assert_eq!(logged, PLACES, "{}", daemon.log());
+}
+
+/// A job's stdout and reason, from its events on a raw connection.
+async fn run_to_end(c: &mut RawConn) -> (Reason, Vec<u8>) {
+    let mut stdout = Vec::new();
+    loop {
+        match c.recv().await {
+            Event::Started { .. } | Event::Queued { .. } => {}
+            Event::Stdout(b) => stdout.extend_from_slice(&b),
+            Event::Finished(o) => return (o.reason, stdout),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
 }
 
 /// The socket file's mode is the first gate: with 0660 root:root, an allowed uid still

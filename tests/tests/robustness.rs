@@ -506,6 +506,7 @@ async fn prompt_job(daemon: &Daemon, within: Duration) -> Duration {
 
 /// Clients that connect and say nothing, say hello and nothing more, or start a chunked
 /// submit and never finish it, cost the daemon nothing but their fds: others are served.
+/// (Until the hello or idle timeout takes their places back: see `protocol.rs`.)
 #[tokio::test(flavor = "multi_thread")]
 async fn idle_and_half_finished_clients_do_not_stall_others() {
     if !require_root() {
@@ -750,7 +751,8 @@ async fn a_thousand_simultaneous_connections() {
         return;
     }
     raise_nofile(4096);
-    let daemon = Daemon::start(DaemonOpts::default());
+    // One uid holds all thousand: past the default per-uid cap (a quarter).
+    let daemon = Daemon::start(DaemonOpts::default().config_line("max_connections_per_uid = 0"));
     let (soft, hard) = nofile_of(daemon.pid());
     eprintln!("daemon RLIMIT_NOFILE: soft {soft}, hard {hard}");
     prompt_job(&daemon, Duration::from_secs(10)).await;
@@ -783,7 +785,9 @@ async fn a_thousand_connections_under_systemds_default_fd_limit() {
     }
     raise_nofile(4096);
     let daemon = Arc::new(Daemon::start(
-        DaemonOpts::default().exec_prefix(&["prlimit", "--nofile=1024:"]),
+        DaemonOpts::default()
+            .exec_prefix(&["prlimit", "--nofile=1024:"])
+            .config_line("max_connections_per_uid = 0"),
     ));
     let (soft, hard) = nofile_of(daemon.pid());
     eprintln!("daemon RLIMIT_NOFILE under prlimit: soft {soft}, hard {hard}");
@@ -1022,7 +1026,7 @@ async fn a_burst_of_library_clients_all_connect() {
         return;
     }
     raise_nofile(4096);
-    let daemon = Daemon::start(DaemonOpts::default());
+    let daemon = Daemon::start(DaemonOpts::default().config_line("max_connections_per_uid = 0"));
     let path = daemon.socket().to_owned();
     let tasks: Vec<_> = (0..500)
         .map(|_| {
@@ -1262,8 +1266,9 @@ async fn a_cancel_behind_unread_stdin_gets_through() {
     assert_eq!(outcome.reason, Reason::Cancelled, "{outcome:#?}");
 }
 
-/// Scripts held at once are bounded by `max_code_bytes_total`, counted as their bytes
-/// arrive: with two chunked submits holding all but 2 bytes of a 2 MiB budget, a third's
+/// Scripts held at once are bounded by `max_code_bytes_total`, counted as the buffers that
+/// hold their bytes grow: with two chunked submits holding the whole 2 MiB budget (each has
+/// sent all but one byte of its 1 MiB, and its buffer has room for the whole), a third's
 /// first chunk gets `Busy`; the rest of its chunks are read and dropped and its
 /// connection stays usable. An inline job gets `Busy` too, and runs once one of the two
 /// goes away (and with it its share).
@@ -1292,7 +1297,7 @@ async fn scripts_held_at_once_are_bounded() {
         let mut c = RawConn::connect(daemon.socket()).await;
         c.hello().await;
         c.send(&chunked(1 << 20)).await;
-        // All but one byte of its script: the two hold all but two bytes of the budget.
+        // All but one byte of its script (its buffer, and its charge, is the whole MiB).
         let mut left = (1 << 20) - 1;
         while left > 0 {
             let n = left.min(MAX_PAYLOAD_CHUNK);
@@ -1369,7 +1374,11 @@ async fn connections_past_the_cap_are_refused() {
     if !require_root() {
         return;
     }
-    let daemon = Daemon::start(DaemonOpts::default().config_line("max_connections = 4"));
+    let daemon = Daemon::start(
+        DaemonOpts::default()
+            .config_line("max_connections = 4")
+            .config_line("max_connections_per_uid = 4"),
+    );
     let mut open = Vec::new();
     for _ in 0..4 {
         let mut c = RawConn::connect(daemon.socket()).await;
@@ -1396,4 +1405,87 @@ async fn connections_past_the_cap_are_refused() {
     drop(open.pop());
     let served = RawConn::served_again(daemon.socket()).await;
     assert!(served, "the freed connection place was not taken again");
+}
+
+/// A field of `/proc/<pid>/status` in KiB (`VmSize`, `VmData`, `VmRSS`).
+fn status_kib(pid: i32, field: &str) -> u64 {
+    let prefix = format!("{field}:");
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
+}
+
+/// Announcing a chunked script reserves nothing: the daemon's buffer grows as the bytes
+/// arrive, within what they charge to `max_code_bytes_total`. 512 connections, each
+/// announcing a script of `max_code_bytes` (16 MiB) and sending its first 64 KiB, leave
+/// the daemon's virtual size and data segment (VmSize, VmData) within 1 GiB of where they
+/// were; reserving every announced length at the first chunk took VmSize from 145 MiB to
+/// 8.3 GiB (RSS stayed low: the pages were never touched, which a host with strict
+/// overcommit does not allow). Then one of them sends the rest, and its job runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn announced_scripts_are_not_reserved_up_front() {
+    if !require_root() {
+        return;
+    }
+    const CONNECTIONS: usize = 512;
+    const ANNOUNCED: usize = 16 << 20;
+    const BOUND_KIB: u64 = 1 << 20;
+    raise_nofile(4096);
+    // One uid opens them all: the per-uid cap is not what this test is about.
+    let daemon = Daemon::start(DaemonOpts::default().config_line("max_connections_per_uid = 0"));
+    prompt_job(&daemon, Duration::from_secs(10)).await;
+    let pid = daemon.pid();
+    let before = (status_kib(pid, "VmSize"), status_kib(pid, "VmData"));
+    let mut script = b"print('whole')\n#".to_vec();
+    script.resize(ANNOUNCED, b'#');
+    let mut chunks = script.chunks(MAX_PAYLOAD_CHUNK);
+    let first = chunks.next().expect("a first chunk").to_vec();
+    let mut conns = Vec::with_capacity(CONNECTIONS);
+    for _ in 0..CONNECTIONS {
+        let mut c = RawConn::connect(daemon.socket()).await;
+        c.hello().await;
+        c.send(&Request::Submit(JobSpec {
+            profile: "default".into(),
+            code: Code::Chunked {
+                len: ANNOUNCED as u64,
+            },
+            args: vec![],
+            stdin: false,
+            limits: LimitOverrides::default(),
+        }))
+        .await;
+        c.send(&Request::CodeChunk(first.clone())).await;
+        // A round trip: the daemon has taken the chunk sent before it.
+        c.send(&Request::ListProfiles).await;
+        assert!(matches!(c.recv().await, Event::Profiles(_)));
+        conns.push(c);
+    }
+    let after = (status_kib(pid, "VmSize"), status_kib(pid, "VmData"));
+    eprintln!(
+        "{CONNECTIONS} connections announcing {ANNOUNCED} bytes each: VmSize {} -> {} KiB, \
+         VmData {} -> {} KiB, VmRSS {} KiB",
+        before.0,
+        after.0,
+        before.1,
+        after.1,
+        status_kib(pid, "VmRSS")
+    );
+    assert!(
+        after.0.saturating_sub(before.0) < BOUND_KIB
+            && after.1.saturating_sub(before.1) < BOUND_KIB,
+        "the announced lengths were reserved: VmSize {} -> {} KiB, VmData {} -> {} KiB",
+        before.0,
+        after.0,
+        before.1,
+        after.1
+    );
+    // The buffer that grows as the bytes arrive still makes a whole script.
+    let c = &mut conns[0];
+    for chunk in chunks {
+        c.send(&Request::CodeChunk(chunk.to_vec())).await;
+    }
+    assert_eq!(run_to_end(c).await, (Reason::Ok, b"whole\n".to_vec()));
 }

@@ -138,11 +138,16 @@ struct Receiving {
     refused: bool,
     /// Bytes of code received (kept in `code` unless refused).
     got: usize,
-    /// The bytes received so far, out of `max_code_bytes_total`.
+    /// What `code` may hold (its capacity), out of `max_code_bytes_total`.
     permit: Option<OwnedSemaphorePermit>,
 }
 
 impl Receiving {
+    /// Bytes of `max_code_bytes_total` this script holds: `code`'s capacity.
+    fn charged(&self) -> usize {
+        self.permit.as_ref().map_or(0, |p| p.num_permits())
+    }
+
     /// Take `more` bytes of script out of the daemon's `max_code_bytes_total`; false
     /// when other jobs' scripts hold too much of it.
     fn charge(&mut self, daemon: &Daemon, more: usize) -> bool {
@@ -154,6 +159,29 @@ impl Receiving {
             None => self.permit = Some(p),
         }
         true
+    }
+
+    /// Make room in `code` for `more` bytes, charging the room to `max_code_bytes_total`
+    /// before it is allocated; false when other jobs' scripts hold too much of it. The
+    /// announced length is a claim, not a reservation (reserving it at the first chunk
+    /// let 512 connections announcing 16 MiB each take the daemon's virtual size to
+    /// 8.3 GiB, which a host with strict overcommit refuses). The buffer doubles, never
+    /// past the announced length, so a script in 64 KiB chunks is copied a few times
+    /// rather than once per chunk; where the doubled room does not fit, the room this
+    /// chunk needs is tried, so that `Busy` comes only when the bytes themselves do not fit.
+    fn make_room(&mut self, daemon: &Daemon, more: usize) -> bool {
+        let need = self.code.len() + more;
+        let charged = self.charged();
+        if need <= charged {
+            return true;
+        }
+        let doubled = (2 * charged).min(self.len).max(need);
+        let fits = self.charge(daemon, doubled - charged)
+            || (doubled > need && self.charge(daemon, need - charged));
+        if fits {
+            self.code.reserve_exact(self.charged() - self.code.len());
+        }
+        fits
     }
 }
 
@@ -263,6 +291,70 @@ async fn hung_up(sock: &UnixSeqpacket) {
     }
 }
 
+/// How a connection holds its place without using it.
+#[derive(Debug, Clone, Copy)]
+enum Unused {
+    /// No successful hello within `hello_timeout_ms` of accept.
+    NoHello(Duration),
+    /// No job, and no frame for `idle_timeout_secs`.
+    Idle(Duration),
+}
+
+/// When a connection that holds a place without using it loses it: first the hello's
+/// deadline (from accept; frames that are not a successful hello do not move it), then
+/// the idle one (from the last frame, or the end of the last job). Without these, one
+/// admitted uid held all 1,024 places by connecting and never saying hello.
+struct Expiry {
+    at: std::pin::Pin<Box<tokio::time::Sleep>>,
+    /// What the deadline is for; `None`: there is none (`idle_timeout_secs = 0`).
+    unused: Option<Unused>,
+}
+
+impl Expiry {
+    fn hello(daemon: &Daemon) -> Expiry {
+        let within = Duration::from_millis(daemon.live().config.hello_timeout_ms);
+        Expiry {
+            at: Box::pin(tokio::time::sleep(within)),
+            unused: Some(Unused::NoHello(within)),
+        }
+    }
+
+    /// The connection did something (a frame after its hello, or its job ended): idle
+    /// from now, for the `idle_timeout_secs` of the config as it is now.
+    fn active(&mut self, daemon: &Daemon) {
+        let secs = daemon.live().config.idle_timeout_secs;
+        self.unused = (secs > 0).then(|| Unused::Idle(Duration::from_secs(secs)));
+        if let Some(Unused::Idle(after)) = self.unused {
+            self.at.as_mut().reset(tokio::time::Instant::now() + after);
+        }
+    }
+}
+
+/// Tell the client why its place is taken back (`Busy`: it may connect again) and close.
+async fn expire(sock: &UnixSeqpacket, peer: &Peer, unused: Unused) {
+    let why = match unused {
+        Unused::NoHello(within) => {
+            let ms = within.as_millis();
+            tracing::warn!(
+                uid = peer.uid,
+                ms,
+                "connection closed: no hello within hello_timeout_ms"
+            );
+            format!("no hello within {ms} ms of connecting (hello_timeout_ms); connection closed")
+        }
+        Unused::Idle(after) => {
+            let secs = after.as_secs();
+            tracing::info!(
+                uid = peer.uid,
+                secs,
+                "connection closed: idle for idle_timeout_secs"
+            );
+            format!("no job and no request for {secs} s (idle_timeout_secs); connection closed, connect again")
+        }
+    };
+    refuse(sock, ErrorCode::Busy, why, BUSY_DRAIN).await;
+}
+
 /// Serve an admitted peer's connection (the accept loop has identified and admitted it).
 pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket, peer: Peer) {
     let sock = Arc::new(sock);
@@ -270,7 +362,10 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket, peer: Peer) {
     let mut version = None;
     let mut running: Option<Running> = None;
     let mut receiving: Option<Receiving> = None;
+    let mut expiry = Expiry::hello(&daemon);
     loop {
+        // A connection whose job is queued or running is never idle.
+        let may_expire = running.is_none() && expiry.unused.is_some();
         let job_done = async {
             match running.as_mut() {
                 Some(r) => {
@@ -280,16 +375,29 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket, peer: Peer) {
             }
         };
         let n = tokio::select! {
-            n = sock.recv(&mut buf) => n,
+            // In this order: a frame already queued is read before the deadline is
+            // taken for having passed.
+            biased;
             () = job_done => {
                 running = None;
+                expiry.active(&daemon);
                 continue;
+            }
+            n = sock.recv(&mut buf) => n,
+            () = expiry.at.as_mut(), if may_expire => {
+                if let Some(unused) = expiry.unused {
+                    expire(&sock, &peer, unused).await;
+                }
+                break;
             }
         };
         let n = match n {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
+        if version.is_some() {
+            expiry.active(&daemon);
+        }
         if n > MAX_FRAME {
             send_error(
                 &sock,
@@ -310,6 +418,7 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket, peer: Peer) {
             (Request::Hello(h), None) => match negotiate(h.min_version, h.max_version) {
                 Some(v) => {
                     version = Some(v);
+                    expiry.active(&daemon);
                     let ack = HelloAck {
                         version: v,
                         daemon: format!("vivariumd/{}", env!("CARGO_PKG_VERSION")),
@@ -453,7 +562,7 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket, peer: Peer) {
                     break;
                 }
                 r.got += chunk.len();
-                if !r.refused && !chunk.is_empty() && !r.charge(&daemon, chunk.len()) {
+                if !r.refused && !r.make_room(&daemon, chunk.len()) {
                     // The rest is read and dropped, so that the connection stays usable.
                     send_error(&sock, ErrorCode::Busy, code_budget_full(&daemon, r.len)).await;
                     r.refused = true;
@@ -461,9 +570,7 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket, peer: Peer) {
                     r.permit = None;
                 }
                 if !r.refused {
-                    if r.code.capacity() == 0 {
-                        r.code.reserve_exact(r.len);
-                    }
+                    // Within the room made (and charged) above: no allocation here.
                     r.code.extend_from_slice(&chunk);
                 }
                 if r.got == r.len && r.refused {
@@ -514,7 +621,10 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket, peer: Peer) {
                 match queue_stdin(&daemon, &sock, r, data).await {
                     Backpressure::Queued => {}
                     Backpressure::JobStdinGone => r.stdin = None,
-                    Backpressure::JobOver => running = None,
+                    Backpressure::JobOver => {
+                        running = None;
+                        expiry.active(&daemon);
+                    }
                     Backpressure::ClientGone => break,
                 }
             }

@@ -366,7 +366,7 @@ pub async fn serve(
                         refuse_connection(&daemon, sock, ErrorCode::Busy, why, conn::BUSY_DRAIN);
                         continue;
                     }
-                    let per_uid = live.config.max_connections_per_uid;
+                    let per_uid = live.config.connections_per_uid();
                     let taken = {
                         let mut counts = daemon.connections_per_uid.lock().expect("connections lock");
                         let n = counts.entry(peer.uid).or_default();
