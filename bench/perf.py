@@ -29,6 +29,7 @@ zygote library being a lib target, then `cargo rustc --release -p vivarium-clien
 import argparse
 import os
 import platform
+import re
 import shutil
 import signal
 import statistics
@@ -175,6 +176,10 @@ def bench_profiles(tmp):
     text = open(os.path.join(ROOT, "profiles", "default.toml")).read()
     text = text.replace('args = ["-I", "-u"]', 'args = ["-I", "-S"]')
     assert '"-S"' in text
+    # No [packages]: the benchmark installs none, and older builds compared by ab.py may
+    # not know the section's newer keys.
+    text = re.sub(r"(?ms)^\[packages\]\n.*?(?=^\[)", "", text)
+    assert "[packages]" not in text
     with open(os.path.join(prof, "bench.toml"), "w") as f:
         f.write(text)
     return prof, text

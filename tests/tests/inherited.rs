@@ -86,3 +86,46 @@ async fn jobs_do_not_inherit_the_daemons_ignored_or_blocked_signals() {
         describe(&c)
     );
 }
+
+/// Issue 17, point 6: a zygote-forked job's /proc/self/environ is the zygote's exec-time
+/// environment, which held the numeric libraries' thread settings and
+/// VIVARIUM_ZYGOTE_ENV (the bootstrap removed them from os.environ only). Now the
+/// zygote sets those in os.environ itself: a forked job's environment block names
+/// exactly what a cold job's does.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_zygote_jobs_environment_is_a_cold_jobs() {
+    if !require_root() {
+        return;
+    }
+    let daemon = Daemon::start(DaemonOpts::default());
+    let code = "import json, os\n\
+                block = open('/proc/self/environ', 'rb').read().split(b'\\0')\n\
+                names = sorted(e.split(b'=', 1)[0].decode() for e in block if e)\n\
+                import sys\n\
+                forked = any(a.startswith('_vivarium_zygote') for a in sys.orig_argv)\n\
+                print(json.dumps({'block': names, 'environ': sorted(os.environ), 'forked': forked}))\n";
+    let mut seen = Vec::new();
+    for profile in ["default", "zygote"] {
+        let c = daemon.run_job(&Job::new(code).profile(profile)).await;
+        assert_eq!(c.outcome.reason, Reason::Ok, "{}", describe(&c));
+        let mut ev = evidence(&c);
+        // The comparison is with a job that really was forked from the zygote.
+        assert_eq!(ev["forked"], profile == "zygote", "{profile}: {ev}");
+        ev.as_object_mut().unwrap().remove("forked");
+        for name in [
+            "OPENBLAS_NUM_THREADS",
+            "OMP_NUM_THREADS",
+            "MKL_NUM_THREADS",
+            "VIVARIUM_ZYGOTE_ENV",
+        ] {
+            for k in ["block", "environ"] {
+                assert!(
+                    !ev[k].as_array().unwrap().iter().any(|n| n == name),
+                    "{profile}: {name} in {k}: {ev}"
+                );
+            }
+        }
+        seen.push(ev);
+    }
+    assert_eq!(seen[0], seen[1], "cold and forked environments differ");
+}

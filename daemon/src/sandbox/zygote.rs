@@ -78,19 +78,10 @@ pub fn zygote_plan(warm: &JobPlan, job_id: u64) -> JobPlan {
             ZYGOTE_BOOTSTRAP.clone_into(arg);
         }
     }
-    // Keep numeric libraries single-threaded: a fork copies only the calling thread
-    // (the bootstrap checks that the zygote has one before it serves). What is added
-    // here is named in VIVARIUM_ZYGOTE_ENV, and each job's interpreter removes it all
-    // again: a job's environment is its plan's.
-    let mut added = Vec::new();
-    for var in ["OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"] {
-        if !plan.env.iter().any(|(k, _)| k == var) {
-            plan.env.push((var.into(), "1".into()));
-            added.push(var);
-        }
-    }
-    plan.env
-        .push(("VIVARIUM_ZYGOTE_ENV".into(), added.join(",")));
+    // Numeric libraries are kept single-threaded by the bootstrap itself, which sets
+    // their variables in os.environ before the preloads and removes them in each job:
+    // nothing beyond the plan's own environment is in the zygote's exec-time
+    // environment, which every forked job's /proc/self/environ shows.
     // The zygote's own root has no tmpfs mounts (empty directories in their places,
     // for its jobs' fresh ones: nothing to unmount per job) and no masks; its procfs
     // is the fully visible one that lets each job mount its own.

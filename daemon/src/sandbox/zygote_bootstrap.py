@@ -23,10 +23,16 @@ def _vivarium_zygote_main():
     after_child.argtypes, after_child.restype = [], None
     hooks = [ctypes.cast(f, ctypes.c_void_p) for f in (api.PyOS_BeforeFork, api.PyOS_AfterFork_Parent)]
 
+    # Keep numeric libraries single-threaded: a fork copies only the calling thread
+    # (checked below). Set here, in os.environ (putenv: the libraries' getenv sees it),
+    # not in the exec-time environment, whose block every forked job's
+    # /proc/self/environ would show; each job removes what was added (unsetenv).
+    added = [v for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS") if v not in os.environ]
+    for var in added:
+        os.environ[var] = "1"
     _vivarium_preload()
     # The compiler's first use costs every job ~2 ms if it happens after the fork.
     compile("pass", "<vivarium>", "exec")
-    added = [v for v in os.environ.pop("VIVARIUM_ZYGOTE_ENV", "").split(",") if v]
     # fork copies only the calling thread: a preload that started threads (a BLAS pool,
     # say) would leave every job with a broken copy of it.
     threads = len(os.listdir("/proc/self/task"))
