@@ -2,6 +2,8 @@
 //! stdin, arguments, big scripts, unicode, and exit statuses that mean what they say.
 #![forbid(unsafe_code)]
 
+use std::io::Write as _;
+
 use serde_json::json;
 use vivarium_e2e::proto::{ExitStatus, Reason};
 use vivarium_e2e::{
@@ -316,4 +318,73 @@ async fn stdin_past_the_cap_reads_eof() {
         (CAP - frame..=CAP).contains(&got),
         "the job read {got} bytes"
     );
+}
+
+/// Fontconfig finds its configuration, so the common plotting case has a clean stderr:
+/// matplotlib's font manager runs `fc-list`, and without `/etc/fonts` fontconfig prints
+/// "Fontconfig error: Cannot load default config file" into every such job's stderr. The
+/// shipped profiles bind `/etc/fonts` where the host has it (an optional bind). The probe
+/// reads `fonts.conf` and runs matplotlib's own `fc-list` call with the job's stderr; the
+/// job must list the fonts the host has under `/usr` and write nothing to stderr, under
+/// every shipped profile a root daemon runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn fontconfig_finds_its_configuration_under_every_profile() {
+    if !require_root() {
+        return;
+    }
+    if !std::path::Path::new("/etc/fonts/fonts.conf").is_file() {
+        let name = vivarium_e2e::test_name();
+        assert!(
+            std::env::var("VIVARIUM_REQUIRE_FONTCONFIG").as_deref() != Ok("1"),
+            "{name}: the host has no /etc/fonts/fonts.conf, and VIVARIUM_REQUIRE_FONTCONFIG=1 \
+             says it has (apt-get install fontconfig)"
+        );
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIP {name}: the host has no /etc/fonts/fonts.conf (apt-get install fontconfig; \
+             CI sets VIVARIUM_REQUIRE_FONTCONFIG=1)"
+        );
+        return;
+    }
+    // What the host's fontconfig finds under /usr (the job sees /usr, not /usr/local
+    // beyond it or a home directory).
+    let host_fonts = std::process::Command::new("fc-list")
+        .arg("--format=%{file}\n")
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .filter(|l| l.starts_with("/usr/"))
+                .count()
+        });
+    let daemon = Daemon::start(DaemonOpts::default());
+    for profile in ["default", "compat", "warm", "zygote", "rootless"] {
+        let done = daemon
+            .run_job(&Job::new(probe("fontconfig")).profile(profile))
+            .await;
+        assert_ok(&done);
+        assert_eq!(
+            String::from_utf8_lossy(&done.stderr),
+            "",
+            "{profile}: {}",
+            describe(&done)
+        );
+        let ev = evidence(&done);
+        assert_eq!(ev["fonts_conf"], json!("<?xml"), "{profile}: {ev}");
+        match host_fonts {
+            Some(fonts) => assert_eq!(
+                ev["fc_list"],
+                json!({"returncode": 0, "fonts": fonts, "outside_usr": []}),
+                "{profile}: {}",
+                describe(&done)
+            ),
+            None => assert_eq!(
+                ev["fc_list"],
+                json!(null),
+                "{profile}: no fc-list on the host"
+            ),
+        }
+    }
 }

@@ -635,6 +635,15 @@ mod tests {
     #[test]
     fn plan_for_the_default_profile() {
         let p = default_profile();
+        // The optional binds of directories the host has (fontconfig's /etc/fonts is
+        // installed in CI) get Execute like any directory bind.
+        let mut exec_dirs: Vec<PathBuf> = vec!["/usr".into()];
+        exec_dirs.extend(
+            ["/etc/ssl", "/etc/python3.11", "/etc/fonts"]
+                .map(PathBuf::from)
+                .into_iter()
+                .filter(|d| d.is_dir()),
+        );
         let limits = p.job_limits(&Default::default()).unwrap();
         let plan = build(7, &p, &limits, &["x".into()], vec![], false);
         assert_eq!(
@@ -666,7 +675,7 @@ mod tests {
                 abi: 6,
                 min_abi: 6,
                 read_dirs: vec!["/".into()],
-                exec_dirs: vec!["/usr".into(), "/etc/ssl".into(), "/etc/python3.11".into()],
+                exec_dirs,
                 write_dirs: vec!["/work".into(), "/tmp".into(), "/dev/shm".into()],
                 write_files: vec!["/dev/null".into(), "/dev/zero".into(), "/dev/full".into()],
                 tcp_connect: vec![],

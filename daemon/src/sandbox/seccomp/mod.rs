@@ -30,13 +30,28 @@
 //! sandbox refuses on purpose get EPERM instead: "it exists, you may not", which stops
 //! fallbacks and reads like any container runtime's answer.
 //!
+//! One exception the policy cannot change: the kernel runs `uretprobe` (x86_64 nr 335) and
+//! `uprobe` (336) without consulting any seccomp filter (`seccomp_uprobe_exception` in
+//! kernel/seccomp.c; for uretprobe since Linux 6.14 and 6.12 stable, for uprobe since the
+//! syscall exists), so a job reaches them although the allowlist does not list them. They
+//! are what the trampolines the kernel maps for uprobes call (uretprobe when a probed
+//! function returns, uprobe at an optimized probe site); called from anywhere else the
+//! kernel refuses them itself (uprobe: ENXIO; uretprobe: SIGILL), and a job can attach no
+//! uprobe of its own (`perf_event_open` and `bpf` are refused, tracefs is not in its root).
+//! docs/SECURITY.md ("What the filter cannot see") says what is left.
+//!
 //! Argument checks (all in `deny`, all returning EPERM): `clone` with any of
 //! CLONE_NEW{NS,CGROUP,UTS,IPC,USER,PID,NET} (qword, flags is `unsigned long`); `ioctl`
 //! requests other than TCGETS, TCGETS2, TIOCGWINSZ, FIONREAD, FIONBIO, FIOCLEX and FIONCLEX
 //! (so TIOCSTI and TIOCLINUX are refused); `personality` other than the 0xffffffff query;
-//! `socketpair` families other than AF_UNIX. Arguments the kernel declares `int` or
-//! `unsigned int` are compared as dword: the kernel ignores the upper half, so a qword check
-//! can be bypassed by setting high bits (CVE-2019-10063, TIOCSTI | 1 << 32 in Flatpak).
+//! `socketpair` families other than AF_UNIX; `fadvise64` with POSIX_FADV_DONTNEED and
+//! `preadv2`/`pwritev2` with RWF_NOWAIT or RWF_DONTCACHE (the page-cache side channel:
+//! evicting a host file's pages, and telling cached from uncached; docs/SECURITY.md, "The
+//! page cache"; those three now run the filter on each call instead of the kernel's
+//! per-number cache, which costs CPython nothing: its I/O uses `read`, `pread64` and
+//! `preadv`). Arguments the kernel declares `int` or `unsigned int` are compared as
+//! dword: the kernel ignores the upper half, so a qword check can be bypassed by setting
+//! high bits (CVE-2019-10063, TIOCSTI | 1 << 32 in Flatpak).
 //!
 //! # Why several filters, and in which order
 //!
@@ -78,7 +93,8 @@
 //! every syscall number, found by evaluating the three filters, behind a binary search on
 //! the number, with a copy of the one filter that checks arguments (compiled with only its
 //! argument rules) for the few numbers that have such rules (`clone`, `ioctl`,
-//! `personality`, `socket`, `socketpair`). A unit test compares the two for every syscall number (native and x32)
+//! `personality`, `socket`, `socketpair`, `fadvise64`, `preadv2`, `pwritev2`). A unit test
+//! compares the two for every syscall number (native and x32)
 //! and the argument values the rules look at. A policy the merge cannot handle keeps the
 //! stack (equally strict, slower to install). [`apply`] and any consumer of
 //! [`SeccompProgram::to_wire`] install the filters in the order given.
@@ -96,7 +112,8 @@
 //! precompute that cache by emulating the filter for every syscall number, so the cost grows
 //! with the length of the path to each number's verdict. Measured here (kernel 6.18): the
 //! three stacked filters took about 1 ms to install (traced: 0.6 + 0.1 + 0.9 ms), the merged
-//! filter (about 360 instructions, about ten to most verdicts) 0.2-0.45 ms traced; a cached
+//! filter (about 360 instructions then, about 400 with the page-cache checks, not traced
+//! again; about ten to most verdicts) 0.2-0.45 ms traced; a cached
 //! syscall costs ~70 ns more (the seccomp syscall-entry path).
 //!
 //! [`compile`] validates the policy (sections, actions, comments, argument widths, no

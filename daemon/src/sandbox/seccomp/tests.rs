@@ -478,6 +478,126 @@ fn named_dangerous_syscalls_get_eperm() {
     }
 }
 
+/// x86_64 numbers libc 0.2 does not name.
+const SYS_CACHESTAT: i64 = 451;
+const SYS_URETPROBE: i64 = 335;
+const SYS_UPROBE: i64 = 336;
+
+/// `fadvise64(fd, offset, len, advice)`: advice is argument 3.
+fn fadvise_args(advice: u64) -> [u64; 6] {
+    [3, 0, 4096, advice, 0, 0]
+}
+
+/// `preadv2`/`pwritev2(fd, iov, iovcnt, pos_l, pos_h, flags)`: flags is argument 5.
+fn rwf_args(flags: u64) -> [u64; 6] {
+    [3, 0, 1, 0, 0, flags]
+}
+
+/// The argument values the page-cache rules look at, for the tests that compare
+/// programs over every syscall number.
+fn page_cache_samples() -> Vec<[u64; 6]> {
+    let dontneed = libc::POSIX_FADV_DONTNEED as u64;
+    let nowait = libc::RWF_NOWAIT as u64;
+    let dontcache = libc::RWF_DONTCACHE as u64;
+    [
+        dontneed,
+        dontneed | 1 << 32,
+        libc::POSIX_FADV_WILLNEED as u64,
+    ]
+    .map(fadvise_args)
+    .into_iter()
+    .chain([nowait, dontcache, nowait | 1 << 32, libc::RWF_HIPRI as u64].map(rwf_args))
+    .collect()
+}
+
+/// The page-cache side channel (docs/SECURITY.md, "The page cache"): the advice that
+/// evicts a host file's pages through a read-only fd and the read flags that tell (or let
+/// a timed read tell, again and again) cached from uncached pages get EPERM; every other
+/// value reaches the kernel. advice and flags are `int` in the kernel, so high bits do not
+/// hide a refused value (dword comparison). mincore, cachestat and readahead are not
+/// allowlisted; madvise is not argument-checked (the kernel itself pages out only files
+/// the caller could write; see the policy's comment on it).
+#[test]
+fn page_cache_eviction_and_residency_arguments_are_refused() {
+    use Verdict::*;
+    let eperm = Errno(EPERM);
+    let enosys = Errno(ENOSYS);
+    let fadvise: [(&str, u64, Verdict); 8] = [
+        ("NORMAL", libc::POSIX_FADV_NORMAL as u64, Allow),
+        ("RANDOM", libc::POSIX_FADV_RANDOM as u64, Allow),
+        ("SEQUENTIAL", libc::POSIX_FADV_SEQUENTIAL as u64, Allow),
+        ("WILLNEED", libc::POSIX_FADV_WILLNEED as u64, Allow),
+        ("DONTNEED", libc::POSIX_FADV_DONTNEED as u64, eperm),
+        ("NOREUSE", libc::POSIX_FADV_NOREUSE as u64, Allow),
+        (
+            "DONTNEED hi",
+            libc::POSIX_FADV_DONTNEED as u64 | 1 << 32,
+            eperm,
+        ),
+        ("unknown 99", 99, Allow),
+    ];
+    let rwf = |f: i32| f as u64;
+    let flags: [(&str, u64, Verdict); 12] = [
+        ("0", 0, Allow),
+        ("HIPRI", rwf(libc::RWF_HIPRI), Allow),
+        ("DSYNC", rwf(libc::RWF_DSYNC), Allow),
+        ("SYNC", rwf(libc::RWF_SYNC), Allow),
+        ("NOWAIT", rwf(libc::RWF_NOWAIT), eperm),
+        ("APPEND", rwf(libc::RWF_APPEND), Allow),
+        ("NOAPPEND", rwf(libc::RWF_NOAPPEND), Allow),
+        ("ATOMIC", rwf(libc::RWF_ATOMIC), Allow),
+        ("DONTCACHE", rwf(libc::RWF_DONTCACHE), eperm),
+        (
+            "NOWAIT|DSYNC",
+            rwf(libc::RWF_NOWAIT | libc::RWF_DSYNC),
+            eperm,
+        ),
+        (
+            "DONTCACHE|HIPRI",
+            rwf(libc::RWF_DONTCACHE | libc::RWF_HIPRI),
+            eperm,
+        ),
+        ("NOWAIT hi", rwf(libc::RWF_NOWAIT) | 1 << 32, eperm),
+    ];
+    for allow_inet in [false, true] {
+        let program = program(allow_inet);
+        for (name, advice, want) in fadvise {
+            let got = verdict(&program, libc::SYS_fadvise64, fadvise_args(advice));
+            assert_eq!(got, want, "fadvise64 {name} (allow_inet {allow_inet})");
+        }
+        for nr in [libc::SYS_preadv2, libc::SYS_pwritev2] {
+            for (name, value, want) in flags {
+                let got = verdict(&program, nr, rwf_args(value));
+                assert_eq!(got, want, "nr {nr} flags {name} (allow_inet {allow_inet})");
+            }
+        }
+        for nr in [libc::SYS_mincore, SYS_CACHESTAT, libc::SYS_readahead] {
+            assert_eq!(verdict(&program, nr, [0; 6]), enosys, "nr {nr}");
+        }
+        for advice in [
+            libc::MADV_DONTNEED,
+            libc::MADV_WILLNEED,
+            libc::MADV_COLD,
+            libc::MADV_PAGEOUT,
+        ] {
+            let args = [0, 4096, advice as u64, 0, 0, 0];
+            assert_eq!(verdict(&program, libc::SYS_madvise, args), Allow);
+        }
+    }
+}
+
+/// What the policy says about uprobe and uretprobe: unknown, ENOSYS. The kernel never
+/// asks it (`seccomp_uprobe_exception`): see `uprobe_syscalls_skip_the_filter`.
+#[test]
+fn uprobe_syscalls_are_unknown_to_the_policy() {
+    for allow_inet in [false, true] {
+        let program = program(allow_inet);
+        for nr in [SYS_URETPROBE, SYS_UPROBE] {
+            assert_eq!(verdict(&program, nr, [0; 6]), Verdict::Errno(ENOSYS));
+        }
+    }
+}
+
 /// No syscall meets two different ERRNO verdicts, so the combined result never depends on
 /// the kernel's tie-break between equal actions, and any installation order gives the same
 /// verdicts. Checked for every syscall number (native and x32) and the argument values
@@ -489,6 +609,7 @@ fn verdicts_do_not_depend_on_filter_order() {
         .chain(CLONE_NS_FLAGS.iter().map(|f| *f as u64))
         .map(arg0)
         .chain([libc::TCGETS, libc::TIOCSTI, libc::FIONREAD].map(ioctl_args))
+        .chain(page_cache_samples())
         .collect();
     for allow_inet in [false, true] {
         let stack = stack(allow_inet);
@@ -532,6 +653,7 @@ fn a_zygote_job_gets_exactly_the_policy_verdicts() {
         .chain([libc::PR_SET_SECCOMP as u64, libc::PR_CAPBSET_DROP as u64])
         .map(arg0)
         .chain([libc::TCGETS, libc::TIOCSTI, libc::FIONREAD].map(ioctl_args))
+        .chain(page_cache_samples())
         .collect();
     for allow_inet in [false, true] {
         let policy = program(allow_inet);
@@ -617,6 +739,7 @@ fn merged_program_gives_the_stacks_verdicts() {
             ]
             .map(|f| arg0(f as u64)),
         )
+        .chain(page_cache_samples())
         .collect();
     let numbers: Vec<i64> = (0..2048)
         .chain((0..2048).map(|n| n | X32_SYSCALL_BIT))
@@ -923,6 +1046,132 @@ sc("seccomp", {seccomp}, 2, 0, 0)
         libc::ENOSYS,
         "{control:?}"
     );
+}
+
+/// The page-cache rules on a real host file, read-only (the interpreter itself, whose
+/// first page is mapped by this very process, so not even the control run evicts
+/// anything): the refused values get EPERM, the others the kernel's own answer, and
+/// CPython's wrappers still work.
+#[test]
+fn page_cache_calls_are_refused_ordinary_ones_work() {
+    let body = format!(
+        r#"
+import tempfile
+fd = os.open("{python}", os.O_RDONLY)
+buf = ctypes.create_string_buffer(4096)
+iov = (ctypes.c_void_p * 2)(ctypes.cast(buf, ctypes.c_void_p), 4096)
+for name, advice in [("NORMAL", 0), ("RANDOM", 1), ("SEQUENTIAL", 2), ("WILLNEED", 3),
+                     ("DONTNEED", 4), ("NOREUSE", 5)]:
+    sc("fadvise_" + name, {fadvise}, fd, 0, 4096, advice)
+flags = [("0", 0), ("HIPRI", 1), ("NOWAIT", 8), ("DONTCACHE", 0x80), ("NOWAIT_hi", 8 | 1 << 32)]
+for name, value in flags:
+    sc("preadv2_" + name, {preadv2}, fd, iov, 1, 0, 0, value)
+with tempfile.TemporaryFile() as f:
+    for name, value in flags + [("DSYNC", 2)]:
+        sc("pwritev2_" + name, {pwritev2}, f.fileno(), iov, 1, 0, 0, value)
+os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+os.posix_fadvise(fd, 0, 4096, os.POSIX_FADV_WILLNEED)
+assert os.preadv(fd, [bytearray(16)], 0, os.RWF_HIPRI) == 16
+with open("{python}", "rb") as f:
+    assert f.read(4) == b"\x7fELF"
+print("wrappers", 0, 0)
+"#,
+        python = PYTHON,
+        fadvise = libc::SYS_fadvise64,
+        preadv2 = libc::SYS_preadv2,
+        pwritev2 = libc::SYS_pwritev2,
+    );
+    let got = probe(Some(&program(false)), &body);
+    let refused = [
+        "fadvise_DONTNEED",
+        "preadv2_NOWAIT",
+        "preadv2_DONTCACHE",
+        "preadv2_NOWAIT_hi",
+        "pwritev2_NOWAIT",
+        "pwritev2_DONTCACHE",
+        "pwritev2_NOWAIT_hi",
+    ];
+    for name in refused {
+        assert_eq!(got.get(name), Some(&(-1, libc::EPERM)), "{name}: {got:?}");
+    }
+    for name in ["NORMAL", "RANDOM", "SEQUENTIAL", "WILLNEED", "NOREUSE"] {
+        let name = format!("fadvise_{name}");
+        assert_eq!(got.get(&name), Some(&(0, 0)), "{name}: {got:?}");
+    }
+    for name in [
+        "preadv2_0",
+        "preadv2_HIPRI",
+        "pwritev2_0",
+        "pwritev2_HIPRI",
+        "pwritev2_DSYNC",
+    ] {
+        assert_eq!(got.get(name), Some(&(4096, 0)), "{name}: {got:?}");
+    }
+    assert_eq!(got.get("wrappers"), Some(&(0, 0)), "{got:?}");
+    // Control: the kernel itself accepts every refused value here (DONTNEED returns 0,
+    // NOWAIT reads the cached page or says EAGAIN, DONTCACHE reads it or is unsupported),
+    // so each EPERM above is the filter's.
+    if !control_runs_apply("page_cache_calls_are_refused_ordinary_ones_work") {
+        return;
+    }
+    let control = probe(None, &body);
+    assert_eq!(control["fadvise_DONTNEED"], (0, 0), "{control:?}");
+    for name in refused {
+        assert_ne!(control[name], (-1, libc::EPERM), "{name}: {control:?}");
+    }
+}
+
+/// The kernel runs uprobe and uretprobe past every seccomp filter
+/// (`seccomp_uprobe_exception` in kernel/seccomp.c): under the filter they answer exactly
+/// as without it, although the policy does not list them (ENOSYS). Outside a uprobe
+/// trampoline the kernel refuses both itself: uprobe with ENXIO, uretprobe by SIGILL.
+#[test]
+fn uprobe_syscalls_skip_the_filter() {
+    let body = format!(
+        r#"
+import resource
+sc("uprobe", {uprobe})
+pid = os.fork()
+if pid == 0:
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    ctypes.set_errno(0)
+    r = libc.syscall(ctypes.c_long({uretprobe}))
+    os._exit(100 + ctypes.get_errno() if r == -1 else 99)
+_, status = os.waitpid(pid, 0)
+if os.WIFSIGNALED(status):
+    print("uretprobe_signal", os.WTERMSIG(status), 0)
+else:
+    print("uretprobe_exit", os.WEXITSTATUS(status), 0)
+"#,
+        uprobe = SYS_UPROBE,
+        uretprobe = SYS_URETPROBE,
+    );
+    let control = probe(None, &body);
+    let got = probe(Some(&program(false)), &body);
+    let enosys_exit = (100 + i64::from(libc::ENOSYS), 0);
+    if control.get("uprobe") == Some(&(-1, libc::ENOSYS)) {
+        let _ = writeln!(
+            std::io::stderr(),
+            "uprobe_syscalls_skip_the_filter: SKIPPING uprobe: this kernel has no such syscall"
+        );
+    } else {
+        assert_eq!(control["uprobe"], (-1, libc::ENXIO), "{control:?}");
+        assert_eq!(got.get("uprobe"), Some(&(-1, libc::ENXIO)), "{got:?}");
+    }
+    if control.get("uretprobe_exit") == Some(&enosys_exit) {
+        let _ = writeln!(
+            std::io::stderr(),
+            "uprobe_syscalls_skip_the_filter: SKIPPING uretprobe: this kernel has no such syscall"
+        );
+    } else {
+        let sigill = (i64::from(libc::SIGILL), 0);
+        assert_eq!(
+            control.get("uretprobe_signal"),
+            Some(&sigill),
+            "{control:?}"
+        );
+        assert_eq!(got.get("uretprobe_signal"), Some(&sigill), "{got:?}");
+    }
 }
 
 #[test]
