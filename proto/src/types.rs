@@ -239,7 +239,11 @@ pub struct Usage {
     pub wall_ms: u64,
     pub cpu_ms: u64,
     pub peak_memory_bytes: u64,
+    /// What the job wrote to the stream, past the cap included. Under
+    /// `on_output_limit = "kill"` the daemon stops reading at the cap, so this is at most
+    /// the cap + one `MAX_PAYLOAD_CHUNK` read + the pipe's capacity.
     pub stdout_bytes: u64,
+    /// As `stdout_bytes`, for stderr.
     pub stderr_bytes: u64,
 }
 

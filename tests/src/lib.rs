@@ -68,6 +68,21 @@ pub fn bin(name: &str) -> PathBuf {
     path
 }
 
+/// The most a job's output stream can produce under `on_output_limit = "kill"` with
+/// `cap` bytes, however fast the job writes: the daemon stops reading at the first read
+/// past the cap (one chunk, at most `MAX_PAYLOAD_CHUNK`), the job's next write blocks on
+/// the full pipe, and what it left there is read after the kill: at most the pipe's
+/// capacity, which an unprivileged job can raise (F_SETPIPE_SZ) to
+/// `/proc/sys/fs/pipe-max-size`, read here from the host.
+pub fn produced_at_most(cap: u64) -> u64 {
+    let max_pipe: u64 = std::fs::read_to_string("/proc/sys/fs/pipe-max-size")
+        .expect("/proc/sys/fs/pipe-max-size")
+        .trim()
+        .parse()
+        .expect("pipe-max-size is a number");
+    cap + proto::MAX_PAYLOAD_CHUNK as u64 + max_pipe
+}
+
 /// The name libtest gave the current test's thread (the test's path).
 pub fn test_name() -> String {
     std::thread::current()

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use vivarium_e2e::proto::{ExitStatus, LimitKind, Reason};
 use vivarium_e2e::{
-    assert_ended, describe, evidence, probe, require_root, Collected, Daemon, DaemonOpts, Job,
+    assert_ended, describe, evidence, probe, produced_at_most, require_root, Collected, Daemon,
+    DaemonOpts, Job,
 };
 
 const MIB: u64 = 1 << 20;
@@ -209,17 +210,32 @@ async fn sleeping_forever_ends_at_the_wall_limit() {
     assert!((2000..4000).contains(&wall), "wall_ms {wall}");
 }
 
-/// A 10 GiB flood on `stream` under the default 1 MiB cap: killed at the cap, long before
-/// it could write 10 GiB.
-async fn flood(mode: &str, hit: LimitKind) -> Collected {
-    let done = detonate(Job::new(probe("bomb_flood")).args([mode, "10"])).await;
+/// A 10 GiB flood (`args`: the probe's mode, then its options) under the default 1 MiB
+/// cap: killed at the cap with at most [`produced_at_most`] bytes read from either
+/// stream (whatever the machine's speed), long before it could write 10 GiB.
+async fn flood(args: &[&str], hit: LimitKind) -> Collected {
+    let (mode, options) = args.split_first().expect("a mode");
+    let args = [*mode, "10"].into_iter().chain(options.iter().copied());
+    let done = detonate(Job::new(probe("bomb_flood")).args(args)).await;
     assert_ended(&done, Reason::OutputLimit, ExitStatus::Signal(9), hit);
     let usage = &done.outcome.usage;
-    let produced = usage.stdout_bytes.max(usage.stderr_bytes);
-    assert!(
-        produced < 64 * MIB,
-        "{produced} bytes produced: not killed at the cap"
+    let bound = produced_at_most(MIB);
+    eprintln!(
+        "{}: stdout_bytes {}, stderr_bytes {}, bound {bound}",
+        vivarium_e2e::test_name(),
+        usage.stdout_bytes,
+        usage.stderr_bytes
     );
+    for (stream, produced) in [
+        ("stdout", usage.stdout_bytes),
+        ("stderr", usage.stderr_bytes),
+    ] {
+        assert!(
+            produced <= bound,
+            "{produced} bytes read from {stream}, more than cap + chunk + pipe-max-size = {bound}: \
+             the job was not stopped at the cap"
+        );
+    }
     assert!(usage.wall_ms < 5000, "wall_ms {}", usage.wall_ms);
     done
 }
@@ -229,7 +245,7 @@ async fn ten_gib_on_stdout_is_killed_at_the_cap() {
     if !require_root() {
         return;
     }
-    let done = flood("stdout", LimitKind::Stdout).await;
+    let done = flood(&["stdout"], LimitKind::Stdout).await;
     assert!(done.outcome.stdout_truncated && !done.outcome.stderr_truncated);
     assert_eq!(done.stdout, vec![b'y'; MIB as usize]);
     assert!(done.stderr.is_empty(), "{}", describe(&done));
@@ -240,7 +256,7 @@ async fn ten_gib_on_stderr_is_killed_at_the_cap() {
     if !require_root() {
         return;
     }
-    let done = flood("stderr", LimitKind::Stderr).await;
+    let done = flood(&["stderr"], LimitKind::Stderr).await;
     assert!(done.outcome.stderr_truncated && !done.outcome.stdout_truncated);
     assert_eq!(done.stderr, vec![b'y'; MIB as usize]);
     assert!(done.stdout.is_empty());
@@ -251,7 +267,45 @@ async fn one_endless_line_is_killed_at_the_cap() {
     if !require_root() {
         return;
     }
-    let done = flood("line", LimitKind::Stdout).await;
+    let done = flood(&["line"], LimitKind::Stdout).await;
     assert!(done.outcome.stdout_truncated);
     assert_eq!(done.stdout, vec![b'x'; MIB as usize]);
+}
+
+/// A flood through pipes the job enlarged to 1 MiB (F_SETPIPE_SZ): the most the daemon
+/// reads is still bounded by the pipe's maximum capacity, not by the machine's speed.
+#[tokio::test(flavor = "multi_thread")]
+async fn ten_gib_through_an_enlarged_pipe_is_killed_at_the_cap() {
+    if !require_root() {
+        return;
+    }
+    let done = flood(&["stdout", "bigpipe"], LimitKind::Stdout).await;
+    assert_eq!(
+        evidence(&done)["pipe_size"],
+        json!({"1": MIB}),
+        "{}",
+        describe(&done)
+    );
+    assert!(done.outcome.stdout_truncated && !done.outcome.stderr_truncated);
+    assert_eq!(done.stdout.len() as u64, MIB);
+    assert!(done.stderr.is_empty(), "{}", describe(&done));
+}
+
+/// Both streams flooded in turn, both pipes enlarged: the stream past its cap stops being
+/// read while the other is still drained, and the job is killed rather than left blocked.
+#[tokio::test(flavor = "multi_thread")]
+async fn ten_gib_on_both_streams_is_killed_at_the_cap() {
+    if !require_root() {
+        return;
+    }
+    let done = flood(&["both", "bigpipe"], LimitKind::Stdout).await;
+    assert_eq!(
+        evidence(&done)["pipe_size"],
+        json!({"1": MIB, "2": MIB}),
+        "{}",
+        describe(&done)
+    );
+    assert!(done.outcome.stdout_truncated, "{}", describe(&done));
+    assert_eq!(done.stdout.len() as u64, MIB);
+    assert!(done.stderr.len() as u64 <= MIB);
 }

@@ -14,7 +14,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::{mpsc, watch, Notify};
 use tokio_seqpacket::UnixSeqpacket;
 use tracing::Instrument;
 use vivarium_proto::{ErrorCode, Event, Isolation, Reason, MAX_PAYLOAD_CHUNK};
@@ -291,23 +291,22 @@ async fn execute(
         daemon.spawner.kill(job_id, KillCause::Shutdown).await;
     }
 
-    let cap = req.limits.output_bytes;
     let kill_on_cap = active.profile.file.limits.on_output_limit == OutputPolicy::Kill;
     let over_cap = Arc::new(Notify::new());
-    let out = tokio::spawn(pump(
-        receiver(out_r)?,
-        sock.clone(),
-        true,
-        cap,
-        over_cap.clone(),
-    ));
-    let err = tokio::spawn(pump(
-        receiver(err_r)?,
-        sock.clone(),
-        false,
-        cap,
-        over_cap.clone(),
-    ));
+    // Told to the pumps once the spawner reports the job over (or if this returns early).
+    let (job_ended, ended) = watch::channel(false);
+    let cap = Cap {
+        bytes: req.limits.output_bytes,
+        past: if kill_on_cap {
+            PastCap::Stop
+        } else {
+            PastCap::Discard
+        },
+        over: over_cap.clone(),
+        ended,
+    };
+    let out = tokio::spawn(pump(receiver(out_r)?, sock.clone(), true, cap.clone()));
+    let err = tokio::spawn(pump(receiver(err_r)?, sock.clone(), false, cap));
     let credits = req.credits.then(|| sock.clone());
     let stdin_task = tokio::spawn(feed_stdin(in_w, stdin_prefix, stdin, credits));
 
@@ -345,6 +344,8 @@ async fn execute(
             }
         }
     };
+    // A pump stopped at its cap may read what is left in its pipe now.
+    let _ = job_ended.send(true);
     stdin_task.abort();
     // Its last credit event, if any, must go out before `Finished`.
     let _ = stdin_task.await;
@@ -404,14 +405,42 @@ async fn execute(
     ))
 }
 
-/// Forward one output stream, at most `cap` bytes; keep draining past the cap so the
-/// job never blocks on a full pipe. Returns (bytes produced, truncated).
+/// What a stream's pump does once the job has written past the stream's cap.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PastCap {
+    /// `on_output_limit = "kill"`: stop reading, so that the job's next write blocks on
+    /// the full pipe until the kill lands; what it left in the pipe is read once it has
+    /// ended. How much it produces then does not depend on how fast it writes.
+    Stop,
+    /// `on_output_limit = "truncate"`: the job runs on, so go on reading (and dropping)
+    /// for as long as it writes, or it would block for good.
+    Discard,
+}
+
+/// A stream's cap and what its pump needs to honour it (the same for both streams).
+#[derive(Clone)]
+struct Cap {
+    bytes: u64,
+    past: PastCap,
+    /// Notified (once per stream) when a stream passes `bytes`.
+    over: Arc<Notify>,
+    /// Becomes `true` when the spawner reports the job over; a dropped sender means the
+    /// same (`execute` gave up on the job).
+    ended: watch::Receiver<bool>,
+}
+
+/// Forward one output stream, at most `cap.bytes` of it; returns (bytes read from the
+/// job, truncated). Past the cap, with [`PastCap::Stop`], nothing more is read until the
+/// job has ended, then only what it left in the pipe, so a job reaching the cap has at
+/// most `cap + MAX_PAYLOAD_CHUNK + the pipe's capacity` bytes read from it however fast
+/// it writes (a job can enlarge its pipe, F_SETPIPE_SZ, only up to
+/// `/proc/sys/fs/pipe-max-size`: pipe(7)). The read end stays open meanwhile: the writer
+/// blocks, where a closed one would kill it with SIGPIPE before the OutputLimit kill.
 async fn pump(
     mut pipe: tokio::net::unix::pipe::Receiver,
     sock: Arc<UnixSeqpacket>,
     stdout: bool,
-    cap: u64,
-    over_cap: Arc<Notify>,
+    mut cap: Cap,
 ) -> (u64, bool) {
     let mut buf = vec![0u8; MAX_PAYLOAD_CHUNK];
     let mut total = 0u64;
@@ -421,8 +450,8 @@ async fn pump(
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
-        let room = cap.saturating_sub(total) as usize;
-        let was_over = total > cap;
+        let room = cap.bytes.saturating_sub(total) as usize;
+        let was_over = total > cap.bytes;
         total += n as u64;
         if room > 0 && !client_gone {
             let chunk = buf[..n.min(room)].to_vec();
@@ -433,11 +462,36 @@ async fn pump(
             };
             client_gone = !send(&sock, &event).await;
         }
-        if !was_over && total > cap {
-            over_cap.notify_one();
+        if !was_over && total > cap.bytes {
+            cap.over.notify_one();
+            if cap.past == PastCap::Stop {
+                let _ = cap.ended.wait_for(|ended| *ended).await;
+                total += drain_left(&mut pipe, &mut buf).await;
+                break;
+            }
         }
     }
-    (total, total > cap)
+    (total, total > cap.bytes)
+}
+
+/// Read (and drop) what an ended job left in `pipe`: up to EOF, at most the pipe's
+/// capacity (F_GETPIPE_SZ, fcntl(2)). The job's processes, the pipe's only writers, are
+/// gone by now, so the pipe holds all there is and EOF follows it; the bound is for a
+/// writer that outlived its job all the same. Returns the bytes read.
+async fn drain_left(pipe: &mut tokio::net::unix::pipe::Receiver, buf: &mut [u8]) -> u64 {
+    use nix::fcntl::{fcntl, FcntlArg};
+    // (It cannot fail on a pipe; pipe-max-size's default, should it.)
+    let capacity = fcntl(pipe.as_fd(), FcntlArg::F_GETPIPE_SZ)
+        .map_or(1 << 20, |c| u64::try_from(c).unwrap_or(0));
+    let mut drained = 0u64;
+    while drained < capacity {
+        let want = buf.len().min((capacity - drained) as usize);
+        match pipe.read(&mut buf[..want]).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => drained += n as u64,
+        }
+    }
+    drained
 }
 
 /// Write `prefix` (a warm sandbox's job header), then the job's stdin; closing the
@@ -470,5 +524,96 @@ async fn feed_stdin(
             drop(chunk);
             send(sock, &Event::StdinCredit(written)).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::{Child, Command, Stdio};
+    use vivarium_proto::{decode, MAX_FRAME};
+
+    /// `cmd` started with the write end of a fresh pipe as its stdout (it stands for the
+    /// job), and our read end, ready for a pump. (`cmd` is consumed: it holds a copy of
+    /// the write end, and the pipe reaches EOF only once that is closed too.)
+    fn writer_into_pipe(mut cmd: Command) -> (tokio::net::unix::pipe::Receiver, Child) {
+        let (r, w) = pipe().unwrap();
+        let child = cmd
+            .stdout(Stdio::from(w))
+            .spawn()
+            .expect("spawn the writer");
+        (receiver(r).unwrap(), child)
+    }
+
+    fn cap(bytes: u64, past: PastCap) -> (Cap, watch::Sender<bool>) {
+        let (job_ended, ended) = watch::channel(false);
+        let over = Arc::new(Notify::new());
+        (
+            Cap {
+                bytes,
+                past,
+                over,
+                ended,
+            },
+            job_ended,
+        )
+    }
+
+    /// What the client was sent: the bytes of every `Stdout` event until the pump is gone.
+    async fn forwarded(client: &UnixSeqpacket) -> usize {
+        let mut buf = vec![0u8; MAX_FRAME + 1];
+        let mut bytes = 0;
+        while let Ok(n @ 1..) = client.recv(&mut buf).await {
+            match decode::<Event>(&buf[..n]).unwrap() {
+                Event::Stdout(chunk) => bytes += chunk.len(),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        bytes
+    }
+
+    /// `yes` writes as fast as the machine lets it: past the cap the pump reads nothing
+    /// more until the job has ended, so it is left blocked on the full pipe, and what
+    /// the pump reads in all is bounded by the pipe, not by the writer's speed.
+    #[tokio::test]
+    async fn past_the_cap_a_killed_stream_is_read_no_further_than_its_pipe() {
+        let (pipe, mut writer) = writer_into_pipe(Command::new("yes"));
+        let capacity = nix::fcntl::fcntl(pipe.as_fd(), nix::fcntl::FcntlArg::F_GETPIPE_SZ);
+        let capacity = u64::try_from(capacity.unwrap()).unwrap();
+        let (sock, client) = UnixSeqpacket::pair().unwrap();
+        let (cap, job_ended) = cap(1000, PastCap::Stop);
+        let over = cap.over.clone();
+        let pump = tokio::spawn(pump(pipe, Arc::new(sock), true, cap));
+        over.notified().await;
+        // It waits for the job's end however long that takes (the kill, in the daemon).
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        assert!(
+            !pump.is_finished(),
+            "the pump returned before the job ended"
+        );
+        writer.kill().unwrap();
+        writer.wait().unwrap();
+        job_ended.send(true).unwrap();
+        let (read, truncated) = pump.await.unwrap();
+        let bound = 1000 + MAX_PAYLOAD_CHUNK as u64 + capacity;
+        assert!(truncated && read > 1000, "{read} bytes read");
+        assert!(read <= bound, "{read} bytes read, more than {bound}");
+        assert_eq!(forwarded(&client).await, 1000);
+    }
+
+    /// With `truncate` the job runs on: the pump reads to the end of everything it
+    /// writes (far more than the pipe holds), without being told the job has ended.
+    #[tokio::test]
+    async fn past_the_cap_a_truncated_stream_is_read_to_its_end() {
+        let total: u64 = 4 << 20;
+        let mut head = Command::new("head");
+        head.args(["-c", &total.to_string(), "/dev/zero"]);
+        let (pipe, mut writer) = writer_into_pipe(head);
+        let (sock, client) = UnixSeqpacket::pair().unwrap();
+        let (cap, _job_ended) = cap(1000, PastCap::Discard);
+        let pump = tokio::spawn(pump(pipe, Arc::new(sock), true, cap));
+        assert_eq!(pump.await.unwrap(), (total, true));
+        assert!(writer.wait().unwrap().success());
+        assert_eq!(forwarded(&client).await, 1000);
     }
 }
