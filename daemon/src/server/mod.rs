@@ -537,6 +537,9 @@ mod tests {
             rootless.not_enforced,
             vec![
                 "non-executable memfds (vm.memfd_noexec needs a root daemon)".to_owned(),
+                "a time namespace per job: the monotonic and boot clocks and /proc/uptime are \
+                 the host's (needs a root daemon and Linux 5.6)"
+                    .to_owned(),
                 "cgroup limits: memory, processes and CPU time are limited per process by \
                  rlimits only (RLIMIT_AS, RLIMIT_NPROC, RLIMIT_CPU); no OOM or pids evidence"
                     .to_owned(),
