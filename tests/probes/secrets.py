@@ -20,4 +20,6 @@ print(json.dumps({
     "etc": sorted(os.listdir("/etc")),
     "top": sorted(os.listdir("/")),
     "dev": sorted(os.listdir("/dev")),
+    "sys": attempt(lambda: sorted(os.listdir("/sys"))),
+    "sys_fs": attempt(lambda: sorted(os.listdir("/sys/fs"))),
 }))

@@ -238,6 +238,36 @@ pub fn host_cgroup_version() -> CgroupVersion {
     }
 }
 
+/// Where a job sees its own cgroup (docs/ARCHITECTURE.md, "Cgroups"), from the host's
+/// mounts: `/sys/fs/cgroup` on v2; on v1 one mount per hierarchy holding memory, pids,
+/// cpu or cpuacct, named as the host's mount directory (`/sys/fs/cgroup/cpu,cpuacct`).
+pub fn host_cgroup_view() -> Vec<String> {
+    if host_cgroup_version() == CgroupVersion::V2 {
+        return vec!["/sys/fs/cgroup".into()];
+    }
+    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let hierarchies: Vec<(&str, Vec<&str>)> = text
+        .lines()
+        .filter_map(|l| {
+            let (pre, post) = l.split_once(" - ")?;
+            let mut f = post.split_whitespace();
+            (f.next() == Some("cgroup")).then_some(())?;
+            Some((pre.split(' ').nth(4)?, f.nth(1)?.split(',').collect()))
+        })
+        .collect();
+    let mut view: Vec<String> = Vec::new();
+    for controller in ["memory", "pids", "cpu", "cpuacct"] {
+        let found = hierarchies.iter().find(|(_, o)| o.contains(&controller));
+        if let Some(name) = found.and_then(|(point, _)| point.rsplit('/').next()) {
+            let path = format!("/sys/fs/cgroup/{name}");
+            if !view.contains(&path) {
+                view.push(path);
+            }
+        }
+    }
+    view
+}
+
 /// Last-resort cleanup after the daemon is gone: SIGKILL whatever still runs in the
 /// daemon's own cgroup subtree (only this test's daemon ever used that name) and remove
 /// the subtree. Returns what it had to do, for the log.

@@ -16,7 +16,7 @@ mod leaks;
 mod raw;
 
 pub use daemon::{default_profile_with, Daemon, DaemonOpts};
-pub use leaks::{alive, descendants, host_cgroup_version, Proc, Snapshot};
+pub use leaks::{alive, descendants, host_cgroup_version, host_cgroup_view, Proc, Snapshot};
 pub use raw::RawConn;
 pub use vivarium_client::{
     proto, Client, ClientError, Collected, Job, JobEvent, JobHandle, Stream,

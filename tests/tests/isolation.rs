@@ -8,8 +8,8 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use vivarium_e2e::proto::{CgroupVersion, LandlockStatus, Reason};
 use vivarium_e2e::{
-    default_profile_with, describe, evidence, host_cgroup_version, probe, require_root, wait_until,
-    Daemon, DaemonOpts, Job,
+    default_profile_with, describe, evidence, host_cgroup_version, host_cgroup_view, probe,
+    require_root, wait_until, Daemon, DaemonOpts, Job,
 };
 
 /// Run a probe under the default profile, insisting that it exited 0.
@@ -186,9 +186,12 @@ async fn host_secrets_are_out_of_reach() {
         );
     }
     let top: BTreeSet<String> = serde_json::from_value(ev["top"].clone()).unwrap();
-    for must_not in ["root", "home", "var", "srv", "sys", "boot", "mnt", "run"] {
+    for must_not in ["root", "home", "var", "srv", "boot", "mnt", "run"] {
         assert!(!top.contains(must_not), "/{must_not} is visible: {top:?}");
     }
+    // Of /sys, only the job's own cgroup (tests/tests/cgroup_view.rs).
+    assert_eq!(ev["sys"], json!({"ok": ["fs"]}), "{}", ev["sys"]);
+    assert_eq!(ev["sys_fs"], json!({"ok": ["cgroup"]}), "{}", ev["sys_fs"]);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -369,6 +372,9 @@ async fn mount_table_holds_only_the_plan() {
         }
     }
     want.push("/dev/shm");
+    // Last, once the job's cgroup namespace exists: its own cgroup, read-only.
+    let view = host_cgroup_view();
+    want.extend(view.iter().map(String::as_str));
     assert_eq!(mounts, want);
     // Every mount is nosuid; the writable ones are also noexec; the rest is read-only.
     let options = ev["options"].as_object().unwrap();
@@ -380,6 +386,11 @@ async fn mount_table_holds_only_the_plan() {
             .filter_map(Value::as_str)
             .collect();
         assert!(opts.contains(&"nosuid"), "{mount}: {opts:?}");
+        if view.contains(mount) {
+            for flag in ["ro", "nodev", "noexec"] {
+                assert!(opts.contains(&flag), "{mount}: {opts:?}");
+            }
+        }
         let writable = ["/work", "/tmp", "/dev/shm", "/proc"].contains(&mount.as_str())
             || mount.starts_with("/dev/");
         if writable {

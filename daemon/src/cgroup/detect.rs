@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use super::files::parse_controller_list;
-use super::{CgroupError, Controller, V2_LEAF};
+use super::{CgroupError, Controller, Version, ViewMount, V2_LEAF};
 
 /// The fields of one mountinfo line that cgroup detection needs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -89,6 +89,55 @@ pub fn v2_own_dir(mounts: &[MountInfo], proc_self_cgroup: &str) -> Option<PathBu
         .unwrap_or(own)
         .trim_start_matches('/');
     Some(mount.mount_point.join(relative))
+}
+
+/// Where a job's own cgroup appears inside it (`/sys/fs/cgroup`, as container runtimes
+/// mount it), given the host's mounts. v1: one read-only mount per hierarchy that holds
+/// one of our controllers (co-mounted ones once), at the host mount directory's name,
+/// with the hierarchy's own option set (the kernel mounts an existing hierarchy only
+/// with exactly its controllers) and a link for each of its controllers named
+/// otherwise (`cpu -> cpu,cpuacct`). v2: the cgroup2 filesystem at `/sys/fs/cgroup`.
+/// Mounted in the job's cgroup namespace, each shows the job's cgroup as its root.
+pub fn job_view(mounts: &[MountInfo], version: Version) -> Vec<ViewMount> {
+    let base = Path::new("/sys/fs/cgroup");
+    if version == Version::V2 {
+        return vec![ViewMount {
+            path: base.to_path_buf(),
+            fstype: "cgroup2".into(),
+            data: String::new(),
+            aliases: Vec::new(),
+        }];
+    }
+    let mut out: Vec<ViewMount> = Vec::new();
+    for (_, point) in v1_mounts(mounts) {
+        let Some(name) = point.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        let path = base.join(name);
+        if out.iter().any(|v| v.path == path) {
+            continue;
+        }
+        let Some(mount) = mounts.iter().find(|m| m.mount_point == point) else {
+            continue;
+        };
+        // The superblock's options less the mount's access mode (ours is read-only)
+        // and a release agent (refused outside the initial user namespace).
+        let data: Vec<&str> = (mount.super_options.iter())
+            .map(String::as_str)
+            .filter(|o| !matches!(*o, "rw" | "ro") && !o.starts_with("release_agent="))
+            .collect();
+        let aliases = (data.iter())
+            .filter(|o| o.parse::<Controller>().is_ok() && **o != name)
+            .map(|o| o.to_string())
+            .collect();
+        out.push(ViewMount {
+            path,
+            fstype: "cgroup".into(),
+            data: data.join(","),
+            aliases,
+        });
+    }
+    out
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -261,6 +310,53 @@ mod tests {
             choose(&parse_mountinfo(v1_only), "4:memory:/\n", controllers_full),
             Err(CgroupError::NoUsableHierarchy { ref v2_missing, .. }) if v2_missing.len() == 3
         ));
+    }
+
+    #[test]
+    fn a_jobs_view_has_one_mount_per_hierarchy_of_ours() {
+        let view = |path: &str, data: &str, aliases: &[&str]| ViewMount {
+            path: path.into(),
+            fstype: "cgroup".into(),
+            data: data.into(),
+            aliases: aliases.iter().map(|a| a.to_string()).collect(),
+        };
+        // This machine: separate hierarchies, no links; cpuset and the others not ours.
+        assert_eq!(
+            job_view(&parse_mountinfo(HYBRID), Version::V1),
+            vec![
+                view("/sys/fs/cgroup/memory", "memory", &[]),
+                view("/sys/fs/cgroup/pids", "pids", &[]),
+                view("/sys/fs/cgroup/cpu", "cpu", &[]),
+                view("/sys/fs/cgroup/cpuacct", "cpuacct", &[]),
+            ]
+        );
+        // Co-mounted: one mount with the hierarchy's whole set, a link per controller.
+        assert_eq!(
+            job_view(&parse_mountinfo(COMOUNTED), Version::V1),
+            vec![
+                view("/sys/fs/cgroup/memory", "memory", &[]),
+                view("/sys/fs/cgroup/pids", "pids", &[]),
+                view(
+                    "/sys/fs/cgroup/cpu,cpuacct",
+                    "cpu,cpuacct",
+                    &["cpu", "cpuacct"]
+                ),
+            ]
+        );
+        let agent = "1 0 0:32 / /cg/memory rw - cgroup cgroup rw,xattr,memory,release_agent=/x\n";
+        assert_eq!(
+            job_view(&parse_mountinfo(agent), Version::V1),
+            vec![view("/sys/fs/cgroup/memory", "xattr,memory", &[])]
+        );
+        assert_eq!(
+            job_view(&parse_mountinfo(PURE_V2), Version::V2),
+            vec![ViewMount {
+                path: "/sys/fs/cgroup".into(),
+                fstype: "cgroup2".into(),
+                data: String::new(),
+                aliases: vec![],
+            }]
+        );
     }
 
     #[test]

@@ -162,6 +162,18 @@ pub struct Stats {
     pub memory_limit_hits: u64,
 }
 
+/// One filesystem of a job's read-only view of its own cgroup ([`Cgroups::job_view`]):
+/// mounted at `path` inside the job, in its cgroup namespace, as `fstype` (`cgroup` or
+/// `cgroup2`) with mount `data` (v1: the hierarchy's controllers, e.g. `cpu,cpuacct`);
+/// `aliases` are links beside it (`/sys/fs/cgroup/cpu -> cpu,cpuacct`).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ViewMount {
+    pub path: PathBuf,
+    pub fstype: String,
+    pub data: String,
+    pub aliases: Vec<String>,
+}
+
 /// The daemon's cgroup subtree.
 #[derive(Clone, Debug)]
 pub struct Cgroups {
@@ -204,6 +216,16 @@ impl Cgroups {
         Self {
             backend: Backend::V2(v2::V2::new(delegated_root)),
         }
+    }
+
+    /// What a job is shown of its own cgroup, from the host's `/proc/self/mountinfo`
+    /// (see `detect::job_view`).
+    pub fn job_view(&self) -> Result<Vec<ViewMount>, CgroupError> {
+        let mountinfo = files::read_string(Path::new("/proc/self/mountinfo"))?;
+        Ok(detect::job_view(
+            &detect::parse_mountinfo(&mountinfo),
+            self.version(),
+        ))
     }
 
     pub fn version(&self) -> Version {

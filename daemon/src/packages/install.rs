@@ -328,7 +328,7 @@ impl Manager {
             &self.uv,
             section,
             reqs,
-            daemon.facts.cgroup.is_none(),
+            daemon.facts.job_cgroups(),
         )
         .map_err(failed)?;
         let names: Vec<&str> = reqs.iter().map(|r| r.name.as_str()).collect();
@@ -632,7 +632,7 @@ pub fn install_plan(
     uv: &Path,
     section: &PackagesSection,
     reqs: &[Req],
-    without_cgroup: bool,
+    cgroups: Option<&[crate::cgroup::ViewMount]>,
 ) -> Result<JobPlan, String> {
     let p = &profile.profile;
     let limits = JobLimits {
@@ -663,7 +663,7 @@ pub fn install_plan(
         &limits,
         &[config],
         profile.seccomp.clone(),
-        without_cgroup,
+        cgroups,
     );
     // The install's network is its own (below), never the job profile's egress.
     plan.egress = false;
@@ -1063,7 +1063,7 @@ mod tests {
         });
         let uv = Path::new("/opt/vivarium/uv/bin/uv");
         let s = &a.profile.file.packages;
-        let plan = install_plan(9, &a, uv, s, &[req("numpy")], false).unwrap();
+        let plan = install_plan(9, &a, uv, s, &[req("numpy")], Some(&[])).unwrap();
         assert!(!plan.egress, "a fresh empty network namespace");
         assert!(plan.landlock.tcp_connect.is_empty());
         assert_eq!(plan.seccomp, a.seccomp, "the profile's no-network filters");
@@ -1117,7 +1117,7 @@ mod tests {
         });
         let s = &a.profile.file.packages;
         let uv = Path::new("/opt/vivarium/uv/bin/uv");
-        let plan = install_plan(9, &a, uv, s, &[req("numpy")], false).unwrap();
+        let plan = install_plan(9, &a, uv, s, &[req("numpy")], Some(&[])).unwrap();
         assert!(plan.egress, "a network namespace of its own with the proxy");
         assert_eq!(plan.landlock.tcp_connect, vec![EGRESS_PORT]);
         assert_ne!(plan.seccomp, a.seccomp, "the inet variant of the policy");
@@ -1339,7 +1339,7 @@ mod tests {
     fn a_job_with_an_environment_runs_its_python_from_env_read_only() {
         let a = active(PackagesSection::default());
         let limits = a.profile.job_limits(&Default::default()).unwrap();
-        let mut plan = plan::build(1, &a.profile, &limits, &[], vec![], false);
+        let mut plan = plan::build(1, &a.profile, &limits, &[], vec![], Some(&[]));
         use_env(&mut plan, Path::new("/c/envs/k/env"));
         assert!(!plan.egress && plan.export.is_none());
         assert_eq!(plan.interpreter, PathBuf::from("/env/bin/python"));

@@ -7,7 +7,9 @@
 //! 2. init becomes uid 0 *inside* (caps in its own userns only), builds the root
 //!    (mounts need CAP_SYS_ADMIN in the userns owning the mount ns) and pivots. On
 //!    cgroup v1 it then moves itself into the job's cgroup, which the spawner made
-//!    meanwhile, and makes its cgroup namespace (v2: cloned into both).
+//!    meanwhile, and makes its cgroup namespace (v2: cloned into both). Then it mounts
+//!    the job's cgroup read-only at /sys/fs/cgroup: only in that namespace does it show
+//!    the job's own cgroup as its root.
 //! 3. hostname, the script, rlimits: still need ns-root or are inherited by the payload.
 //! 4. init starts the payload (a vfork-style clone: it runs on init's memory until its
 //!    execve, see `sys::vfork_run`) and stays as reaper: a pid namespace dies with its
@@ -281,6 +283,16 @@ fn init(
             nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWCGROUP)
                 .map_err(|e| SetupError::errno("unshare-cgroup", e))?;
         }
+    }
+
+    // 2c. The job's own cgroup, read-only at /sys/fs/cgroup: now that the root is in
+    //     place and the job's cgroup namespace exists (its root is the job's cgroup).
+    //     Never without that namespace (a test-only weakening): it would show the host's;
+    //     nor beneath a test's exposed host path.
+    if weakening.is_empty() {
+        mount::cgroup_view(&plan.cgroup_view)?;
+    } else {
+        mount::cgroup_view(&weaken::cgroup_view(weakening, &plan.cgroup_view))?;
     }
 
     // The job's own user namespace limits (its inotify budget; no namespaces for a

@@ -5,6 +5,7 @@
 
 use super::plan::MountStep;
 use super::SetupError;
+use crate::cgroup::ViewMount;
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use nix::sys::stat::Mode;
 use nix::sys::statvfs::{statvfs, FsFlags};
@@ -417,6 +418,26 @@ pub fn populate_fresh(
             | MountStep::Device { .. }
             | MountStep::Dir { .. } => {}
         }
+    }
+    Ok(())
+}
+
+/// The job's own cgroup, read-only at each of `view`'s paths (empty directories on the
+/// read-only root, `MountStep::Dir`): a cgroup filesystem mounted in the caller's cgroup
+/// namespace shows that namespace's cgroup as its root, so call it only once the job's
+/// exists (never without one: the host's hierarchy would show). A failure fails the
+/// job: the view was promised.
+pub fn cgroup_view(view: &[ViewMount]) -> Result<(), SetupError> {
+    for m in view {
+        let data = Some(m.data.as_str()).filter(|d| !d.is_empty());
+        mount(
+            Some(m.fstype.as_str()),
+            &m.path,
+            Some(m.fstype.as_str()),
+            MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+            data,
+        )
+        .map_err(|e| SetupError::nix("cgroup-view", &m.path, e))?;
     }
     Ok(())
 }

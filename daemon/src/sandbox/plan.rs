@@ -1,6 +1,7 @@
 //! The setup plan: everything a job's sandbox needs, computed from profile + job before
 //! the clone, as plain data. The child only executes it.
 
+use crate::cgroup::ViewMount;
 use crate::profile::{JobLimits, Profile};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -137,6 +138,11 @@ pub struct JobPlan {
     /// Compiled seccomp filters in installation order (`(code, jt, jf, k)`).
     pub seccomp: Vec<Vec<(u16, u8, u8, u32)>>,
     pub cgroup: CgroupPlan,
+    /// The job's own cgroup, read-only where container-aware libraries look for their
+    /// limits (`/sys/fs/cgroup`): mounted by init once the job's cgroup namespace exists
+    /// (its mount points are `MountStep::Dir`s of `mounts`). Empty without cgroups.
+    #[serde(default)]
+    pub cgroup_view: Vec<ViewMount>,
     pub wall_ms: u64,
     pub cpu_ms: u64,
     /// A warm sandbox: the interpreter starts now and waits for its job on stdin; the
@@ -378,6 +384,26 @@ pub fn cgroup(profile: &Profile, limits: &JobLimits) -> CgroupPlan {
     }
 }
 
+/// The mount points of a job's cgroup view (on the read-only root) and its links.
+fn cgroup_view_steps(view: &[ViewMount]) -> Vec<MountStep> {
+    let mut steps = Vec::new();
+    for m in view {
+        steps.push(MountStep::Dir {
+            path: m.path.clone(),
+        });
+        let (Some(parent), Some(name)) = (m.path.parent(), m.path.file_name()) else {
+            continue;
+        };
+        for alias in &m.aliases {
+            steps.push(MountStep::Symlink {
+                link: name.into(),
+                path: parent.join(alias),
+            });
+        }
+    }
+    steps
+}
+
 /// The directories bound read-only from the host: the only places where Landlock
 /// allows execution.
 fn exec_dirs(mounts: &[MountStep]) -> Vec<PathBuf> {
@@ -397,7 +423,7 @@ pub fn build(
     limits: &JobLimits,
     args: &[String],
     seccomp: Vec<Vec<(u16, u8, u8, u32)>>,
-    without_cgroup: bool,
+    cgroups: Option<&[ViewMount]>,
 ) -> JobPlan {
     let py = &profile.file.python;
     let mut argv = vec![py.interpreter.to_string_lossy().into_owned()];
@@ -405,7 +431,10 @@ pub fn build(
     argv.push(SCRIPT_PATH.to_owned());
     argv.extend(args.iter().cloned());
     let sec = &profile.file.security;
-    let mounts = mounts(profile);
+    let without_cgroup = cgroups.is_none();
+    let cgroup_view = cgroups.unwrap_or_default().to_vec();
+    let mut mounts = mounts(profile);
+    mounts.extend(cgroup_view_steps(&cgroup_view));
     let mut env = environment(profile);
     let egress = !profile.file.network.egress.is_empty();
     if egress {
@@ -459,6 +488,7 @@ pub fn build(
         },
         seccomp,
         cgroup: cgroup(profile, limits),
+        cgroup_view,
         wall_ms: limits.wall_ms,
         cpu_ms: limits.cpu_ms,
         warm: false,
@@ -480,8 +510,9 @@ pub fn build_warm(
     limits: &JobLimits,
     seccomp: Vec<Vec<(u16, u8, u8, u32)>>,
     zygote_seccomp: Option<&ZygoteSeccompWire>,
+    cgroups: Option<&[ViewMount]>,
 ) -> JobPlan {
-    let mut plan = build(job_id, profile, limits, &[], seccomp, false);
+    let mut plan = build(job_id, profile, limits, &[], seccomp, cgroups);
     plan.argv.pop(); // the script path
     plan.argv.push("-c".into());
     plan.argv.push(WARM_BOOTSTRAP.into());
@@ -524,9 +555,16 @@ mod tests {
             &p.default_limits(),
             &[],
             vec![vec![(6, 0, 0, 0)]],
-            false,
+            Some(&[]),
         );
-        let warm = build_warm(9, &p, &p.default_limits(), vec![vec![(6, 0, 0, 0)]], None);
+        let warm = build_warm(
+            9,
+            &p,
+            &p.default_limits(),
+            vec![vec![(6, 0, 0, 0)]],
+            None,
+            Some(&[]),
+        );
         assert!(warm.warm && !cold.warm);
         assert_eq!(
             warm.argv,
@@ -645,7 +683,7 @@ mod tests {
                 .filter(|d| d.is_dir()),
         );
         let limits = p.job_limits(&Default::default()).unwrap();
-        let plan = build(7, &p, &limits, &["x".into()], vec![], false);
+        let plan = build(7, &p, &limits, &["x".into()], vec![], Some(&[]));
         assert_eq!(
             plan.argv,
             vec!["/usr/bin/python3", "-I", "-u", "/work/main.py", "x"]
@@ -681,6 +719,78 @@ mod tests {
                 tcp_connect: vec![],
             }
         );
+    }
+
+    /// The host's cgroup view reaches the plan as data for init, with its mount points
+    /// (and links) as steps of the read-only root; without cgroups there is no view and
+    /// the rlimit stand-ins take the limits' place.
+    #[test]
+    fn a_jobs_cgroup_view_is_planned_on_the_read_only_root() {
+        let p = default_profile();
+        let limits = p.default_limits();
+        let view = vec![
+            ViewMount {
+                path: "/sys/fs/cgroup/memory".into(),
+                fstype: "cgroup".into(),
+                data: "memory".into(),
+                aliases: vec![],
+            },
+            ViewMount {
+                path: "/sys/fs/cgroup/cpu,cpuacct".into(),
+                fstype: "cgroup".into(),
+                data: "cpu,cpuacct".into(),
+                aliases: vec!["cpu".into(), "cpuacct".into()],
+            },
+        ];
+        let with = build(3, &p, &limits, &[], vec![], Some(&view));
+        let without = build(3, &p, &limits, &[], vec![], Some(&[]));
+        assert_eq!(with.cgroup_view, view);
+        assert_eq!(
+            with.mounts[without.mounts.len()..],
+            [
+                MountStep::Dir {
+                    path: "/sys/fs/cgroup/memory".into()
+                },
+                MountStep::Dir {
+                    path: "/sys/fs/cgroup/cpu,cpuacct".into()
+                },
+                MountStep::Symlink {
+                    link: "cpu,cpuacct".into(),
+                    path: "/sys/fs/cgroup/cpu".into()
+                },
+                MountStep::Symlink {
+                    link: "cpu,cpuacct".into(),
+                    path: "/sys/fs/cgroup/cpuacct".into()
+                },
+            ]
+        );
+        // v2: one mount point, the cgroup2 root itself.
+        let v2 = [ViewMount {
+            path: "/sys/fs/cgroup".into(),
+            fstype: "cgroup2".into(),
+            data: String::new(),
+            aliases: vec![],
+        }];
+        let plan = build(3, &p, &limits, &[], vec![], Some(&v2));
+        assert_eq!(
+            plan.mounts.last(),
+            Some(&MountStep::Dir {
+                path: "/sys/fs/cgroup".into()
+            })
+        );
+        assert!(plan.rlimits.fallback.is_none());
+        // No cgroups: nothing under /sys, and the rlimit fallback.
+        let none = build(3, &p, &limits, &[], vec![], None);
+        assert!(none.cgroup_view.is_empty());
+        let under_sys = |m: &MountStep| match m {
+            MountStep::Dir { path } | MountStep::Symlink { path, .. } => path.starts_with("/sys"),
+            _ => false,
+        };
+        assert!(!none.mounts.iter().any(under_sys));
+        assert!(none.rlimits.fallback.is_some());
+        // A warm plan carries the same view.
+        let warm = build_warm(3, &p, &limits, vec![], None, Some(&view));
+        assert_eq!(warm.cgroup_view, view);
     }
 
     #[test]

@@ -20,6 +20,7 @@
 use super::mount::{at, bind_ro, mkdir_p};
 use super::plan::{MountStep, SANDBOX_GID, SANDBOX_UID};
 use super::SetupError;
+use crate::cgroup::ViewMount;
 use nix::mount::{mount, MsFlags};
 use nix::unistd::{Gid, Uid};
 use serde::{Deserialize, Serialize};
@@ -212,6 +213,20 @@ impl Weakening {
 
 const NONE: Option<&str> = None;
 
+/// The part of a job's cgroup view (`JobPlan::cgroup_view`) a weakened job still gets:
+/// none without a cgroup namespace (it would show the host's hierarchy), and none beneath
+/// an exposed host path (the decoy is what the probe looks at there; the view's mount
+/// points are gone under it).
+pub(crate) fn cgroup_view(w: &Weakening, view: &[ViewMount]) -> Vec<ViewMount> {
+    if w.drops(Layer::CgroupNs) {
+        return Vec::new();
+    }
+    (view.iter())
+        .filter(|m| !w.exposed.iter().any(|e| m.path.starts_with(&e.target)))
+        .cloned()
+        .collect()
+}
+
 /// In the job's init, in the new root (the working directory), before the mount plan
 /// runs: the plan's steps that a weakening leaves, the host's /proc bound in place of a
 /// procfs of its own when there is no pid namespace (a new procfs needs one).
@@ -358,6 +373,26 @@ mod tests {
         assert!(Weakening::parse(&["nope".into()], &[]).is_err());
         assert!(Weakening::parse(&[], &["rel:/x".into()]).is_err());
         assert!(Weakening::parse(&[], &["/a:/b:rx".into()]).is_err());
+    }
+
+    #[test]
+    fn a_weakened_job_gets_no_cgroup_view_without_its_namespace_or_beneath_an_exposure() {
+        let view = |path: &str| ViewMount {
+            path: path.into(),
+            fstype: "cgroup".into(),
+            data: "memory".into(),
+            aliases: vec![],
+        };
+        let full = vec![view("/sys/fs/cgroup/memory"), view("/sys/fs/cgroup/pids")];
+        let layers = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+        let w = Weakening::parse(&layers(&["landlock"]), &[]).unwrap();
+        assert_eq!(cgroup_view(&w, &full), full);
+        let w = Weakening::parse(&layers(&["cgroup-ns"]), &[]).unwrap();
+        assert_eq!(cgroup_view(&w, &full), vec![]);
+        let w = Weakening::parse(&[], &["/d:/sys/fs/cgroup/pids".into()]).unwrap();
+        assert_eq!(cgroup_view(&w, &full), vec![view("/sys/fs/cgroup/memory")]);
+        let w = Weakening::parse(&[], &["/d:/sys:rw".into()]).unwrap();
+        assert_eq!(cgroup_view(&w, &full), vec![]);
     }
 
     #[test]

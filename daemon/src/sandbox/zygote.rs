@@ -16,8 +16,9 @@
 //!    files the spawner opened: a single-threaded process moving itself is the cheap
 //!    attach), makes itself non-dumpable, unshares mount, network, IPC, UTS and cgroup
 //!    namespaces, mounts the job's fresh tmpfs mounts, procfs and masks over the
-//!    zygote's, sets the hostname and the rlimits, then forks the payload and stays as
-//!    its reaper (the same code as a cold job's init: [`super::init::supervise`]).
+//!    zygote's and its own cgroup read-only at /sys/fs/cgroup, sets the hostname and
+//!    the rlimits, then forks the payload and stays as its reaper (the same code as a
+//!    cold job's init: [`super::init::supervise`]).
 //! 3. the payload (init's fork, the one copy that returns to the interpreter) unshares
 //!    a user namespace of its own, whose maps init writes (uid and gid 1000 to the
 //!    zygote namespace's 1000: the payload's host uid is not init's), then the same
@@ -96,6 +97,9 @@ pub fn zygote_plan(warm: &JobPlan, job_id: u64) -> JobPlan {
         plan.seccomp = z.seccomp;
         plan.cgroup = z.cgroup;
     }
+    // The zygote keeps the view's mount points (empty) for its jobs, each of which
+    // mounts its own cgroup there: the zygote's own would lie beneath every job's.
+    plan.cgroup_view.clear();
     plan.is_zygote = true;
     plan.warm = true;
     plan
@@ -386,6 +390,9 @@ fn prepare(encoded: &mut [u8], attach: &[OwnedFd]) -> Result<(JobPlan, Prepared)
         (SANDBOX_UID, SANDBOX_GID),
         mount::FreshProc::Zygote,
     )?;
+    // The job's own cgroup, read-only, in the cgroup namespace just made (rooted at the
+    // job's cgroup, which we joined first); on the zygote's empty mount points.
+    mount::cgroup_view(&plan.cgroup_view)?;
     nix::unistd::sethostname(&plan.hostname).map_err(|e| SetupError::errno("sethostname", e))?;
     rlimit::apply(&plan.rlimits)?;
     Ok((plan, prepared))

@@ -268,7 +268,7 @@ async fn execute(
                 &req.limits,
                 &req.args,
                 active.seccomp.clone(),
-                daemon.facts.cgroup.is_none(),
+                daemon.facts.job_cgroups(),
             );
             if let Some(env) = env {
                 crate::packages::install::use_env(&mut plan, env);

@@ -487,6 +487,7 @@ mod tests {
             controllers: controllers.iter().map(|c| c.to_string()).collect(),
             cgroup_problem: None,
             landlock_abi,
+            cgroup_view: Vec::new(),
             rootless: false,
             weakened: Default::default(),
         }
@@ -522,6 +523,7 @@ mod tests {
             controllers: Vec::new(),
             cgroup_problem: Some("cannot create cgroup: EACCES".into()),
             landlock_abi: 7,
+            cgroup_view: Vec::new(),
             rootless: true,
             weakened: Default::default(),
         };

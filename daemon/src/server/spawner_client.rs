@@ -66,11 +66,21 @@ pub struct HostFacts {
     /// Why no cgroup is usable, when `cgroup` is `None`.
     pub cgroup_problem: Option<String>,
     pub landlock_abi: u32,
+    /// What each job is shown of its own cgroup (empty without cgroups).
+    pub cgroup_view: Vec<crate::cgroup::ViewMount>,
     /// The daemon runs as an ordinary user.
     pub rootless: bool,
     /// Test-only weakening the spawner applies to every job (empty in production);
     /// every profile lists it in `not_enforced`, and outcomes report what it removed.
     pub weakened: crate::sandbox::weaken::Weakening,
+}
+
+impl HostFacts {
+    /// What `plan::build` needs of the host's cgroups: `None` without any (the rlimit
+    /// fallback stands in), else the view each job is shown of its own.
+    pub fn job_cgroups(&self) -> Option<&[crate::cgroup::ViewMount]> {
+        self.cgroup.is_some().then_some(&self.cgroup_view[..])
+    }
 }
 
 impl SpawnerClient {
@@ -100,11 +110,13 @@ impl SpawnerClient {
                 controllers,
                 cgroup_problem,
                 landlock_abi,
+                cgroup_view,
             }) => HostFacts {
                 cgroup,
                 controllers,
                 cgroup_problem,
                 landlock_abi,
+                cgroup_view,
                 rootless,
                 weakened,
             },

@@ -285,6 +285,7 @@ pub(super) async fn build(
         limits,
         active.seccomp.clone(),
         active.zygote_seccomp.as_ref(),
+        daemon.facts.job_cgroups(),
     );
     // The profile's warm packages: installed (or found in the cache) as for a job.
     let env = if active.profile.warm_packages.is_empty() {

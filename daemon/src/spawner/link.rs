@@ -69,6 +69,9 @@ pub enum FromSpawner {
         controllers: Vec<String>,
         cgroup_problem: Option<String>,
         landlock_abi: u32,
+        /// What each job is shown of its own cgroup (`JobPlan::cgroup_view`); empty
+        /// without cgroups.
+        cgroup_view: Vec<crate::cgroup::ViewMount>,
     },
     InitFailed(String),
     /// The payload exec'd the interpreter.

@@ -273,6 +273,15 @@ fn run(link: OwnedFd) -> Result<(), String> {
         }
     };
     let landlock_abi = sys::landlock_abi();
+    // Read once here, as the hierarchies were: a job cannot read the host's mounts.
+    let cgroup_view = match cgroups.as_ref().map(Cgroups::job_view).transpose() {
+        Ok(view) => view.unwrap_or_default(),
+        Err(e) => {
+            let e = error_chain(&e);
+            let _ = send_msg(&link, &FromSpawner::InitFailed(e.clone()));
+            return Err(e);
+        }
+    };
     send_msg(
         &link,
         &FromSpawner::Ready {
@@ -284,6 +293,7 @@ fn run(link: OwnedFd) -> Result<(), String> {
                 .collect(),
             cgroup_problem,
             landlock_abi,
+            cgroup_view,
         },
     )
     .map_err(|e| e.to_string())?;

@@ -1,8 +1,11 @@
-# Reach /sys (kernel objects, firmware, cgroupfs, debugfs).
+# Reach /sys (kernel objects, firmware, debugfs, the host's cgroupfs). The job's own
+# cgroup at /sys/fs/cgroup is its only part (tests/tests/cgroup_view.rs checks that view).
 seen = {}
-for p in ("/sys", "/sys/kernel", "/sys/fs/cgroup", "/sys/kernel/debug", "/sys/firmware"):
-    kind, val = attempt(lambda: os.listdir(p))
-    seen[p] = f"{len(val)} entries" if kind == "ok" else val
-if any(v not in ("ENOENT", "EACCES", "EPERM") for v in seen.values()):
-    escaped(f"listed: {seen}")
-blocked(f"every listdir refused: {seen}")
+for p in ("/sys", "/sys/fs", "/sys/kernel", "/sys/kernel/debug", "/sys/firmware", "/sys/class"):
+    _, seen[p] = attempt(lambda: sorted(os.listdir(p)))
+refused = ("ENOENT", "EACCES", "EPERM")
+only = {"/sys": ["fs"], "/sys/fs": ["cgroup"]}
+beyond = {p: v for p, v in seen.items() if v not in refused and v != only.get(p)}
+if beyond:
+    escaped(f"listed: {beyond}")
+blocked(f"nothing of /sys but the job's own cgroup: {seen}")
