@@ -95,6 +95,11 @@ pub struct LimitsSection {
     /// CPU bandwidth in cores (cgroup cpu.max / cfs quota); 0 means unthrottled.
     #[serde(default)]
     pub cpu_cores: f64,
+    /// Tell thread pools the quota: the job's environment gets `OMP_NUM_THREADS` and the
+    /// like (`plan::THREAD_HINTS`) set to `cpu_cores` rounded up, unless `[env]` sets
+    /// them. Without a quota (`cpu_cores = 0`), nothing is set.
+    #[serde(default)]
+    pub thread_hints: bool,
     /// Per-stream cap on stdout and on stderr.
     pub output_bytes: u64,
     #[serde(default)]

@@ -91,41 +91,76 @@ async fn jobs_do_not_inherit_the_daemons_ignored_or_blocked_signals() {
 /// environment, which held the numeric libraries' thread settings and
 /// VIVARIUM_ZYGOTE_ENV (the bootstrap removed them from os.environ only). Now the
 /// zygote sets those in os.environ itself: a forked job's environment block names
-/// exactly what a cold job's does.
+/// exactly what a cold job's does. Checked on a profile without thread hints (none of
+/// those variables is the plan's) and on the shipped ones (where they are, and both
+/// kinds of job have them alike).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_zygote_jobs_environment_is_a_cold_jobs() {
     if !require_root() {
         return;
     }
-    let daemon = Daemon::start(DaemonOpts::default());
+    let plain = vivarium_e2e::default_profile_with(&[("thread_hints", "thread_hints = false")]);
+    let plain_zygote = format!("{plain}\n[warm]\nzygote = true\npool = 2\nidle_secs = 600\n");
+    let daemon = Daemon::start(
+        DaemonOpts::default()
+            .profile("plain", &plain)
+            .profile("plainzygote", &plain_zygote),
+    );
     let code = "import json, os\n\
                 block = open('/proc/self/environ', 'rb').read().split(b'\\0')\n\
                 names = sorted(e.split(b'=', 1)[0].decode() for e in block if e)\n\
                 import sys\n\
                 forked = any(a.startswith('_vivarium_zygote') for a in sys.orig_argv)\n\
                 print(json.dumps({'block': names, 'environ': sorted(os.environ), 'forked': forked}))\n";
-    let mut seen = Vec::new();
-    for profile in ["default", "zygote"] {
-        let c = daemon.run_job(&Job::new(code).profile(profile)).await;
-        assert_eq!(c.outcome.reason, Reason::Ok, "{}", describe(&c));
-        let mut ev = evidence(&c);
-        // The comparison is with a job that really was forked from the zygote.
-        assert_eq!(ev["forked"], profile == "zygote", "{profile}: {ev}");
-        ev.as_object_mut().unwrap().remove("forked");
-        for name in [
-            "OPENBLAS_NUM_THREADS",
-            "OMP_NUM_THREADS",
-            "MKL_NUM_THREADS",
-            "VIVARIUM_ZYGOTE_ENV",
-        ] {
+    for (cold, zygote, hints) in [("plain", "plainzygote", false), ("default", "zygote", true)] {
+        let mut seen = Vec::new();
+        for profile in [cold, zygote] {
+            let c = daemon.run_job(&Job::new(code).profile(profile)).await;
+            assert_eq!(c.outcome.reason, Reason::Ok, "{}", describe(&c));
+            let mut ev = evidence(&c);
+            // The comparison is with a job that really was forked from the zygote.
+            assert_eq!(ev["forked"], profile == zygote, "{profile}: {ev}");
+            ev.as_object_mut().unwrap().remove("forked");
+            let has = |k: &str, name: &str| ev[k].as_array().unwrap().iter().any(|n| n == name);
             for k in ["block", "environ"] {
-                assert!(
-                    !ev[k].as_array().unwrap().iter().any(|n| n == name),
-                    "{profile}: {name} in {k}: {ev}"
-                );
+                assert!(!has(k, "VIVARIUM_ZYGOTE_ENV"), "{profile}: {ev}");
+                for name in ["OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"] {
+                    assert_eq!(has(k, name), hints, "{profile}: {name} in {k}: {ev}");
+                }
             }
+            seen.push(ev);
         }
-        seen.push(ev);
+        assert_eq!(seen[0], seen[1], "cold and forked environments differ ({cold})");
     }
-    assert_eq!(seen[0], seen[1], "cold and forked environments differ");
+}
+
+/// Issue 17, point 12 (the hints): thread pools are told the job's CPU quota, where the
+/// profile says so (`limits.thread_hints`, on in the shipped profiles): `cpu_cores`
+/// rounded up, never over what `[env]` sets itself.
+#[tokio::test(flavor = "multi_thread")]
+async fn thread_pools_are_told_the_quota() {
+    if !require_root() {
+        return;
+    }
+    use vivarium_e2e::default_profile_with;
+    let two = default_profile_with(&[("cpu_cores", "cpu_cores = 1.5")]);
+    let own = default_profile_with(&[("LANG", "LANG = \"C.UTF-8\"\nOMP_NUM_THREADS = \"3\"")]);
+    let off = default_profile_with(&[("thread_hints", "thread_hints = false")]);
+    let daemon = Daemon::start(
+        DaemonOpts::default()
+            .profile("two", &two)
+            .profile("own", &own)
+            .profile("off", &off),
+    );
+    let code = "import os\nprint(os.environ.get('OMP_NUM_THREADS'), os.environ.get('OPENBLAS_NUM_THREADS'), os.environ.get('POLARS_MAX_THREADS'))\n";
+    for (profile, want) in [
+        ("default", "1 1 1\n"),
+        ("zygote", "1 1 1\n"),
+        ("two", "2 2 2\n"),
+        ("own", "3 1 1\n"),
+        ("off", "None None None\n"),
+    ] {
+        let c = daemon.run_job(&Job::new(code).profile(profile)).await;
+        assert_eq!(String::from_utf8_lossy(&c.stdout), want, "{profile}: {}", describe(&c));
+    }
 }

@@ -133,6 +133,13 @@ async fn environment_is_built_from_nothing_and_only_stdio_is_open() {
         "LANG",
         "PYTHONUNBUFFERED",
         "PYTHONDONTWRITEBYTECODE",
+        // limits.thread_hints (plan::THREAD_HINTS)
+        "OMP_NUM_THREADS",
+        "OPENBLAS_NUM_THREADS",
+        "MKL_NUM_THREADS",
+        "NUMEXPR_NUM_THREADS",
+        "RAYON_NUM_THREADS",
+        "POLARS_MAX_THREADS",
     ]
     .into();
     let unknown: Vec<&String> = env.keys().filter(|k| !known.contains(k.as_str())).collect();

@@ -358,6 +358,18 @@ fn proc_masks() -> Vec<MountStep> {
         .clone()
 }
 
+/// The variables that size the common thread pools (OpenMP, OpenBLAS, MKL, numexpr,
+/// Rayon, Polars), set by `limits.thread_hints`: `os.cpu_count()` and the libraries'
+/// own detection see the host's CPUs, not the job's quota.
+pub const THREAD_HINTS: &[&str] = &[
+    "OMP_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+    "RAYON_NUM_THREADS",
+    "POLARS_MAX_THREADS",
+];
+
 /// The environment, built from nothing.
 pub fn environment(profile: &Profile) -> Vec<(String, String)> {
     let mut env = vec![
@@ -366,6 +378,13 @@ pub fn environment(profile: &Profile) -> Vec<(String, String)> {
         ("TMPDIR".to_owned(), "/tmp".to_owned()),
         ("USER".to_owned(), "sandbox".to_owned()),
     ];
+    let limits = &profile.file.limits;
+    if limits.thread_hints && limits.cpu_cores > 0.0 {
+        let threads = (limits.cpu_cores.ceil() as u64).max(1).to_string();
+        for var in THREAD_HINTS {
+            env.push(((*var).to_owned(), threads.clone()));
+        }
+    }
     for (k, v) in &profile.file.env {
         env.retain(|(key, _)| key != k);
         env.push((k.clone(), v.clone()));
@@ -695,6 +714,13 @@ mod tests {
                 ("HOME".into(), "/work".into()),
                 ("TMPDIR".into(), "/tmp".into()),
                 ("USER".into(), "sandbox".into()),
+                // limits.thread_hints, with cpu_cores = 1.0
+                ("OMP_NUM_THREADS".into(), "1".into()),
+                ("OPENBLAS_NUM_THREADS".into(), "1".into()),
+                ("MKL_NUM_THREADS".into(), "1".into()),
+                ("NUMEXPR_NUM_THREADS".into(), "1".into()),
+                ("RAYON_NUM_THREADS".into(), "1".into()),
+                ("POLARS_MAX_THREADS".into(), "1".into()),
                 ("LANG".into(), "C.UTF-8".into()),
             ]
         );
