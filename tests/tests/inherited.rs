@@ -130,7 +130,10 @@ async fn a_zygote_jobs_environment_is_a_cold_jobs() {
             }
             seen.push(ev);
         }
-        assert_eq!(seen[0], seen[1], "cold and forked environments differ ({cold})");
+        assert_eq!(
+            seen[0], seen[1],
+            "cold and forked environments differ ({cold})"
+        );
     }
 }
 
@@ -161,6 +164,11 @@ async fn thread_pools_are_told_the_quota() {
         ("off", "None None None\n"),
     ] {
         let c = daemon.run_job(&Job::new(code).profile(profile)).await;
-        assert_eq!(String::from_utf8_lossy(&c.stdout), want, "{profile}: {}", describe(&c));
+        assert_eq!(
+            String::from_utf8_lossy(&c.stdout),
+            want,
+            "{profile}: {}",
+            describe(&c)
+        );
     }
 }

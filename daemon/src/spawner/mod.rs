@@ -81,6 +81,10 @@ struct Spawner {
     recv_buf: Vec<u8>,
     /// The last cold clone put its child in a time namespace of its own.
     timed: bool,
+    /// Cold jobs waiting for an id slot: every slot is held by a job whose outcome went
+    /// out but whose init is still exiting (its namespaces' teardown takes milliseconds,
+    /// longer on a loaded machine). They start, in order, as slots come back.
+    slot_wait: std::collections::VecDeque<(JobPlan, [OwnedFd; 4])>,
 }
 
 /// A fresh, empty network namespace made ahead of the next job, off its critical path
@@ -317,6 +321,7 @@ fn run(link: OwnedFd) -> Result<(), String> {
         jobs: Vec::new(),
         recv_buf,
         timed: false,
+        slot_wait: std::collections::VecDeque::new(),
     };
     spawner.serve()
 }
@@ -413,6 +418,7 @@ impl Spawner {
                 let job = self.jobs.swap_remove(i);
                 self.finish(job);
             }
+            self.start_waiting();
             self.enforce_deadlines();
             self.expire_fork_requests();
             self.retire_idle_zygotes();
@@ -449,8 +455,8 @@ impl Spawner {
                     kill(job, cause);
                 } else if self.kill_asked(job_id, cause) {
                     // Its zygote has not answered yet: killed once it exists.
-                } else if self.drop_pending(job_id) {
-                    // Still waiting for its zygote: it never started.
+                } else if self.drop_pending(job_id) || self.drop_slot_wait(job_id) {
+                    // Still waiting for its zygote or an id slot: it never started.
                     let report = JobReport {
                         killed: Some(cause),
                         cgroup: self.cgroup_version(),
@@ -520,6 +526,20 @@ impl Spawner {
     }
 
     fn shutdown(&mut self) {
+        for (plan, _) in std::mem::take(&mut self.slot_wait) {
+            let report = JobReport {
+                killed: Some(KillCause::Shutdown),
+                cgroup: self.cgroup_version(),
+                ..Default::default()
+            };
+            let _ = send_msg(
+                &self.link,
+                &FromSpawner::Finished {
+                    job_id: plan.job_id,
+                    report: Box::new(report),
+                },
+            );
+        }
         for job in &mut self.jobs {
             kill(job, KillCause::Shutdown);
         }
@@ -539,9 +559,34 @@ impl Spawner {
             detail: "spawn needs exactly 4 fds".into(),
             errno: 0,
         })?;
+        if self.free_slots.is_empty() {
+            // Not a failure: the server admits no more jobs than there are slots for
+            // running ones, so a slot comes back as soon as an exiting init is gone.
+            self.slot_wait
+                .push_back((plan, [code, stdin, stdout, stderr]));
+            return Ok(());
+        }
         let job = self.build_job(plan, [code, stdin, stdout, stderr], Vec::new())?;
         self.jobs.push(job);
         Ok(())
+    }
+
+    /// Start the jobs that waited for an id slot, as far as slots are free.
+    fn start_waiting(&mut self) {
+        while !self.free_slots.is_empty() {
+            let Some((plan, stdio)) = self.slot_wait.pop_front() else {
+                break;
+            };
+            let id = plan.job_id;
+            let result = self.build_job(plan, stdio, Vec::new());
+            self.started(id, result.map(Some));
+        }
+    }
+
+    /// Forget a job that is still waiting for an id slot; whether it was.
+    fn drop_slot_wait(&mut self, job_id: u64) -> bool {
+        let at = self.slot_wait.iter().position(|(p, _)| p.job_id == job_id);
+        at.map(|k| self.slot_wait.remove(k)).is_some()
     }
 
     /// A cold start: an id slot, a cgroup, clone3 into new namespaces; `extra` fds go to
