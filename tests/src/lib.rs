@@ -28,6 +28,25 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// How long any single job may take before the harness gives up on the daemon.
+/// The host-global /proc files the daemon masks (`plan::proc_masks`), where the host has
+/// them: written out here, so that a mask dropped from the daemon fails the tests.
+pub const MASKED_PROC_FILES: &[&str] = &[
+    "/proc/cmdline",
+    "/proc/config.gz",
+    "/proc/partitions",
+    "/proc/diskstats",
+    "/proc/loadavg",
+    "/proc/pressure/cpu",
+    "/proc/pressure/io",
+    "/proc/pressure/memory",
+    "/proc/pressure/irq",
+    "/proc/iomem",
+    "/proc/ioports",
+    "/proc/devices",
+    "/proc/consoles",
+    "/proc/sys/kernel/core_pattern",
+];
+
 pub const JOB_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The workspace root (the parent of this crate).

@@ -7,36 +7,20 @@
 use vivarium_e2e::proto::Reason;
 use vivarium_e2e::{describe, evidence, require_root, Daemon, DaemonOpts, Job};
 
-const MASKED: &[&str] = &[
-    "/proc/cmdline",
-    "/proc/config.gz",
-    "/proc/partitions",
-    "/proc/diskstats",
-    "/proc/loadavg",
-    "/proc/pressure/cpu",
-    "/proc/pressure/io",
-    "/proc/pressure/memory",
-    "/proc/iomem",
-    "/proc/ioports",
-    "/proc/devices",
-    "/proc/consoles",
-    "/proc/sys/kernel/core_pattern",
-];
-
 const PROBE: &str = r#"
-import base64, json, sys
+import json, sys
 out = {}
 for path in sys.argv[1:]:
     try:
         with open(path, "rb") as f:
-            out[path] = base64.b64encode(f.read()).decode()
+            out[path] = f.read().hex()
     except OSError as e:
         out[path] = "error: " + e.strerror
 print(json.dumps(out))
 "#;
 
 async fn check(daemon: &Daemon, profile: &str) {
-    let present: Vec<&str> = MASKED
+    let present: Vec<&str> = vivarium_e2e::MASKED_PROC_FILES
         .iter()
         .copied()
         .filter(|p| std::path::Path::new(p).exists())
@@ -73,34 +57,10 @@ async fn check(daemon: &Daemon, profile: &str) {
     }
 }
 
-fn decode(b64: &str) -> Vec<u8> {
-    // A small base64 decoder (standard alphabet, with padding) to keep the harness's
-    // dependencies as they are.
-    let table = |c: u8| match c {
-        b'A'..=b'Z' => c - b'A',
-        b'a'..=b'z' => c - b'a' + 26,
-        b'0'..=b'9' => c - b'0' + 52,
-        b'+' => 62,
-        b'/' => 63,
-        _ => 0,
-    };
-    let bytes: Vec<u8> = b64.bytes().filter(|c| *c != b'=').collect();
-    let mut out = Vec::new();
-    for chunk in bytes.chunks(4) {
-        let v: Vec<u32> = chunk.iter().map(|c| u32::from(table(*c))).collect();
-        let n = v
-            .iter()
-            .enumerate()
-            .fold(0u32, |acc, (i, x)| acc | (x << (18 - 6 * i)));
-        out.push((n >> 16) as u8);
-        if chunk.len() > 2 {
-            out.push((n >> 8) as u8);
-        }
-        if chunk.len() > 3 {
-            out.push(n as u8);
-        }
-    }
-    out
+fn decode(hex: &str) -> Vec<u8> {
+    (0..hex.len() / 2)
+        .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).expect("hex from the probe"))
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -358,22 +358,7 @@ async fn mount_table_holds_only_the_plan() {
         "/proc/sys/kernel/random/boot_id",
     ]);
     // The masks of host-global /proc files (docs/SECURITY.md), where the host has them.
-    for masked in [
-        "/proc/cmdline",
-        "/proc/config.gz",
-        "/proc/partitions",
-        "/proc/diskstats",
-        "/proc/loadavg",
-        "/proc/pressure/cpu",
-        "/proc/pressure/io",
-        "/proc/pressure/memory",
-        "/proc/pressure/irq",
-        "/proc/iomem",
-        "/proc/ioports",
-        "/proc/devices",
-        "/proc/consoles",
-        "/proc/sys/kernel/core_pattern",
-    ] {
+    for masked in vivarium_e2e::MASKED_PROC_FILES.iter().copied() {
         if std::path::Path::new(masked).exists() {
             want.push(masked);
         }

@@ -333,7 +333,7 @@ impl Manager {
         .map_err(failed)?;
         let names: Vec<&str> = reqs.iter().map(|r| r.name.as_str()).collect();
         tracing::info!(job_id, requirements = ?names, "installing packages");
-        let policy = Arc::new(crate::egress::EgressPolicy::new(section.egress_allow()));
+        let policy = crate::egress::EgressPolicy::new(section.egress_allow());
         let ran = run_sandbox(daemon, &plan, policy, cancel)
             .await
             .map_err(failed)?;
@@ -765,7 +765,7 @@ pub fn install_plan(
 async fn run_sandbox(
     daemon: &Arc<Daemon>,
     plan: &JobPlan,
-    policy: Arc<crate::egress::EgressPolicy>,
+    policy: crate::egress::EgressPolicy,
     cancel: &Notify,
 ) -> Result<Ran, String> {
     let crate::server::job::Launched {
@@ -801,7 +801,7 @@ async fn run_sandbox(
             msg = events.recv() => match msg {
                 Some(FromSpawner::Finished { report, .. }) => break *report,
                 Some(FromSpawner::Egress { listener, .. }) => {
-                    match crate::egress::start(listener.take(), (*policy).clone(), plan.job_id) {
+                    match crate::egress::start(listener.take(), policy.clone(), plan.job_id) {
                         Ok(task) => proxy = Some(task),
                         // No way out at all: the install fails on its own, as it would
                         // with the index down; the log says why.
