@@ -28,7 +28,8 @@ pub struct Config {
     /// Runtime state (the empty directory each sandbox root is built on).
     pub state_dir: Option<PathBuf>,
     /// First host uid/gid of the per-job id ranges (root daemon only): job slot `s`
-    /// maps uid 0 and 1000 inside to `id_base + 2s` and `id_base + 2s + 1`.
+    /// maps uid 0 and 1000 inside to `id_base + 2s` and `id_base + 2s + 1` for a cold
+    /// job, uid 1000 to `id_base + 2 × slots + s` for a job forked from a zygote.
     pub id_base: u32,
     /// Largest script accepted, in bytes.
     pub max_code_bytes: u64,
@@ -260,17 +261,18 @@ impl Config {
         if name.is_empty() || name.contains('/') || name.starts_with('.') {
             return Err(bad("cgroup_subtree", "must be a plain directory name"));
         }
-        // Every job slot uses two host ids: the whole range must fit below u32::MAX
+        // Every job slot uses three host ids (a cold job's pair, a zygote-forked job's
+        // one, see `spawner::zygote_id_map`): the whole range must fit below u32::MAX
         // (a wrap would map a job onto low host ids such as root's).
         if self.id_base < 65536
             || self
                 .id_base
-                .checked_add(2 * self.id_slots())
+                .checked_add(3 * self.id_slots())
                 .is_none_or(|end| end == u32::MAX)
         {
             return Err(bad(
                 "id_base",
-                "must be at least 65536 and leave room for 2 ids per job slot below 2^32-1",
+                "must be at least 65536 and leave room for 3 ids per job slot below 2^32-1",
             ));
         }
         Ok(())

@@ -304,3 +304,120 @@ async fn a_zygote_that_does_not_answer_holds_up_no_other_job() {
     daemon.signal(Signal::SIGHUP);
     daemon.assert_no_leaks(&before);
 }
+
+/// The first whole line of the job's stdout that starts with `prefix`.
+async fn stdout_line(handle: &mut vivarium_e2e::JobHandle<'_>, prefix: &str) -> String {
+    let mut seen = Vec::new();
+    let wait = async {
+        loop {
+            match handle.next_event().await.expect("events") {
+                Some(vivarium_e2e::JobEvent::Output(vivarium_e2e::Stream::Stdout, b)) => {
+                    seen.extend_from_slice(&b);
+                    let text = String::from_utf8_lossy(&seen).into_owned();
+                    if let Some(line) = text.lines().find(|l| l.starts_with(prefix)) {
+                        if text.contains(&format!("{line}\n")) {
+                            return line.to_owned();
+                        }
+                    }
+                }
+                Some(vivarium_e2e::JobEvent::Finished(o)) => panic!("ended first: {o:#?}"),
+                Some(_) => {}
+                None => panic!("no outcome"),
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), wait)
+        .await
+        .expect("the line within 30 s")
+}
+
+/// Every forked job's payload, seen from the host (an interpreter whose parent, the job's
+/// init, is a child of an interpreter, the zygote).
+fn forked_payloads(daemon: &Daemon) -> Vec<i32> {
+    let procs = daemon.job_processes();
+    let python = |pid: i32| is_python(&procs, pid);
+    let parent = |pid: i32| procs.iter().find(|q| q.pid == pid).map(|q| q.ppid);
+    (procs.iter())
+        .filter(|p| p.comm.starts_with("python") && python(p.ppid))
+        .filter(|p| parent(p.ppid).is_some_and(python))
+        .map(|p| p.pid)
+        .collect()
+}
+
+/// Holds fds in flight on a unix socket until the kernel refuses more (the sender's
+/// per-user budget, `user->unix_inflight` against RLIMIT_NOFILE, is full), then waits.
+const HOLD_IN_FLIGHT: &str = r#"
+import errno, os, socket, time
+a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+a.setblocking(False)
+r, w = os.pipe()
+sent, stopped = 0, None
+try:
+    while sent < 1_000_000:
+        socket.send_fds(a, [b"x"], [r] * 250)
+        sent += 250
+except OSError as e:
+    stopped = errno.errorcode.get(e.errno, str(e.errno))
+print("held", sent, stopped, flush=True)
+time.sleep(60)
+"#;
+
+/// Passes one fd over a unix socket and says how that went.
+const PASS_ONE_FD: &str = r#"
+import errno, os, socket
+a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+r, w = os.pipe()
+try:
+    socket.send_fds(a, [b"x"], [r])
+    msg, fds, _, _ = socket.recv_fds(b, 1, 1)
+    print("passed", len(fds))
+except OSError as e:
+    print("refused", errno.errorcode.get(e.errno, str(e.errno)))
+"#;
+
+/// Issue 17, point 3: forked jobs used to share one host uid (the zygote's 1000), so
+/// per-user kernel budgets were shared between them: one job holding fds in flight made
+/// every other forked job's fd passing fail with ETOOMANYREFS. Each forked job now runs
+/// as host ids of its own (its id slot's): seen from the host, two running payloads and
+/// the zygote have three different uids, and the second job passes an fd while the
+/// first holds its whole budget in flight (positive evidence: the first one's sends
+/// stopped at ETOOMANYREFS).
+#[tokio::test(flavor = "multi_thread")]
+async fn forked_jobs_have_host_ids_and_fd_budgets_of_their_own() {
+    if !require_root() {
+        return;
+    }
+    let daemon = start(0, 300);
+    let first = daemon.run_job(&Job::new(WARM_MARK).profile("hot")).await;
+    assert!(ran_warm(&first), "{}", describe(&first));
+    let mut client = daemon.client().await;
+    let holder = Job::new(format!("{WARM_MARK}{HOLD_IN_FLIGHT}")).profile("hot");
+    let mut handle = client.submit(&holder, None::<&[u8]>).await.expect("submit");
+    let held = stdout_line(&mut handle, "held").await;
+    assert!(held.ends_with("ETOOMANYREFS"), "{held}");
+    let mut second_client = daemon.client().await;
+    let sleeper = Job::new(format!("{WARM_MARK}import time\ntime.sleep(60)\n")).profile("hot");
+    let _sleeping = second_client
+        .submit(&sleeper, None::<&[u8]>)
+        .await
+        .expect("submit");
+    assert!(
+        wait_until(Duration::from_secs(10), || forked_payloads(&daemon).len()
+            == 2),
+        "two forked jobs were not seen: {:?}",
+        daemon.job_processes()
+    );
+    let payloads = forked_payloads(&daemon);
+    let (zygote, _, _) = zygote_family(&daemon).expect("a zygote");
+    let ids: Vec<String> = payloads.iter().map(|&p| host_ids(p)).collect();
+    assert_ne!(ids[0], ids[1], "two forked jobs share host ids");
+    assert!(!ids.contains(&host_ids(zygote)), "{ids:?}");
+    let passer = daemon
+        .run_job(&Job::new(format!("{WARM_MARK}{PASS_ONE_FD}")).profile("hot"))
+        .await;
+    assert!(ran_warm(&passer), "{}", describe(&passer));
+    let said = String::from_utf8_lossy(&passer.stdout).into_owned();
+    assert!(said.contains("passed 1"), "{}", describe(&passer));
+    drop(handle);
+    drop(client);
+}

@@ -38,6 +38,14 @@ pub const NO_NAMESPACES: &[&str] = &[
     "max_uts_namespaces",
 ];
 
+/// The first of the ids in a zygote's user namespace that its forked jobs run as: the
+/// job holding id slot `s` maps its uid and gid [`SANDBOX_UID`]/[`SANDBOX_GID`] to
+/// `ZYGOTE_JOB_IDS + s` there, which the zygote's own map sends to the host id
+/// `id_base + 2 × slots + s` (`spawner::zygote_id_map`). So no two running jobs, cold or
+/// forked, share a host uid, and per-user kernel budgets (in-flight fds, for one) are
+/// each job's own.
+pub const ZYGOTE_JOB_IDS: u32 = 100_000;
+
 /// The egress proxy's port on the loopback of a sandbox with [`JobPlan::egress`] (its
 /// own network namespace: no other listener can hold it).
 pub const EGRESS_PORT: u16 = 3128;
@@ -164,6 +172,9 @@ pub struct JobPlan {
     /// (`sandbox::timens`). A zygote-forked job's init makes it, and fails without it.
     #[serde(default)]
     pub time_ns: bool,
+    /// Set by the spawner for a job forked from a zygote: its id slot, which gives it
+    /// ids of its own ([`ZYGOTE_JOB_IDS`]). `None` for every other plan.
+    pub zygote_slot: Option<u32>,
     /// A warm sandbox that the spawner may build by forking the profile's zygote (see
     /// `sandbox::zygote`) instead of a cold start; `None`: always a cold start.
     #[serde(default)]
@@ -514,6 +525,7 @@ pub fn build(
         egress,
         export: None,
         time_ns: false,
+        zygote_slot: None,
         zygote: None,
         is_zygote: false,
     }

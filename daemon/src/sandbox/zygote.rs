@@ -20,8 +20,9 @@
 //!    the rlimits, then forks the payload and stays as its reaper (the same code as a
 //!    cold job's init: [`super::init::supervise`]).
 //! 3. the payload (init's fork, the one copy that returns to the interpreter) unshares
-//!    a user namespace of its own, whose maps init writes (uid and gid 1000 to the
-//!    zygote namespace's 1000: the payload's host uid is not init's), then the same
+//!    a user namespace of its own, whose maps init writes (uid and gid 1000 to the ids
+//!    of the job's id slot in the zygote's namespace, `plan::ZYGOTE_JOB_IDS`: the
+//!    payload's host uid is its own, neither init's nor another job's), then the same
 //!    steps as a cold payload: setsid, stdio, every
 //!    other fd closed, cwd, capabilities and ids, no_new_privs, Landlock, seccomp. Then
 //!    it returns to the interpreter, which reads the job from stdin as a warm sandbox
@@ -31,7 +32,7 @@
 //! so that the job's setup is the same code as a cold job's.
 
 use super::init::{drop_privileges, supervise, Prepared};
-use super::plan::{JobPlan, MountStep, SANDBOX_GID, SANDBOX_UID, WARM_BOOTSTRAP};
+use super::plan::{JobPlan, MountStep, SANDBOX_GID, SANDBOX_UID, WARM_BOOTSTRAP, ZYGOTE_JOB_IDS};
 use super::report::{encode, Failure, InitMsg, PayloadMsg};
 use super::{landlock, mount, rlimit, SetupError};
 use crate::sys;
@@ -385,11 +386,9 @@ fn prepare(encoded: &mut [u8], attach: &[OwnedFd]) -> Result<(JobPlan, Prepared)
         | CloneFlags::CLONE_NEWCGROUP
         | CloneFlags::CLONE_NEWNET;
     nix::sched::unshare(flags).map_err(|e| SetupError::errno("unshare", e))?;
-    mount::populate_fresh(
-        &plan.mounts,
-        (SANDBOX_UID, SANDBOX_GID),
-        mount::FreshProc::Zygote,
-    )?;
+    // The job's fresh mounts belong to the ids its payload's uid and gid map to.
+    let ids = job_ids(&plan)?;
+    mount::populate_fresh(&plan.mounts, (ids, ids), mount::FreshProc::Zygote)?;
     // The job's own cgroup, read-only, in the cgroup namespace just made (rooted at the
     // job's cgroup, which we joined first); on the zygote's empty mount points.
     mount::cgroup_view(&plan.cgroup_view)?;
@@ -398,10 +397,23 @@ fn prepare(encoded: &mut [u8], attach: &[OwnedFd]) -> Result<(JobPlan, Prepared)
     Ok((plan, prepared))
 }
 
+/// The uid and gid, in the zygote's user namespace, that a job's own
+/// [`SANDBOX_UID`]/[`SANDBOX_GID`] map to: its id slot's (never the zygote's own 1000,
+/// which every job would share). Fails closed for a plan without a slot.
+fn job_ids(plan: &JobPlan) -> Result<u32, SetupError> {
+    plan.zygote_slot
+        .and_then(|slot| ZYGOTE_JOB_IDS.checked_add(slot))
+        .ok_or(SetupError::Other {
+            step: "ids",
+            detail: "a zygote job's plan has no id slot".into(),
+        })
+}
+
 /// Step 2, continued, in init once it has forked the payload (`payload`, pid 2): write
 /// the payload's maps, then supervise it like a cold job's init. Never returns.
 fn job_init(state: JobState, payload: i32) -> ! {
     let JobState {
+        plan,
         status,
         stdio,
         userns: (userns_r, userns_w),
@@ -410,6 +422,8 @@ fn job_init(state: JobState, payload: i32) -> ! {
         ..
     } = state;
     drop((stdio, userns_w, mapped_r, exec_w));
+    // (Checked in `prepare`, before the payload existed.)
+    let ids = job_ids(&plan).unwrap_or_else(|e| fail(&status, &e));
     let payload = Pid::from_raw(payload);
     let mut byte = [0u8; 1];
     // EOF instead of the byte: the payload failed before its user namespace existed
@@ -418,11 +432,11 @@ fn job_init(state: JobState, payload: i32) -> ! {
         let maps = || -> std::io::Result<()> {
             std::fs::write(
                 format!("/proc/{payload}/uid_map"),
-                format!("{SANDBOX_UID} {SANDBOX_UID} 1\n"),
+                format!("{SANDBOX_UID} {ids} 1\n"),
             )?;
             std::fs::write(
                 format!("/proc/{payload}/gid_map"),
-                format!("{SANDBOX_GID} {SANDBOX_GID} 1\n"),
+                format!("{SANDBOX_GID} {ids} 1\n"),
             )
         };
         if let Err(e) = maps() {

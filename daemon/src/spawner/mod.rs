@@ -161,6 +161,20 @@ impl SpareNet {
     }
 }
 
+/// The line of a zygote's uid and gid maps that gives its forked jobs ids of their own:
+/// `plan::ZYGOTE_JOB_IDS + s` inside to `id_base + 2 × slots + s` on the host, one per id
+/// slot, past the cold jobs' pairs (`Config::validate` checks that the range fits). A
+/// forked job holds its slot for as long as it runs, like a cold job: no two running
+/// jobs share a host id, whichever zygote they come from.
+fn zygote_id_map(config: &SpawnerConfig) -> String {
+    let first = config.id_base + 2 * config.max_jobs;
+    format!(
+        "{} {first} {}\n",
+        crate::sandbox::plan::ZYGOTE_JOB_IDS,
+        config.max_jobs
+    )
+}
+
 /// The failure an init that is gone reported on its status pipe, if any.
 fn init_failure(status: &std::fs::File) -> Option<Failure> {
     let mut buf = Vec::new();
@@ -554,7 +568,15 @@ impl Spawner {
             zygote::Route::Cold(fds) => fds,
             zygote::Route::Deferred => return Ok(()),
         };
-        let [code, stdin, stdout, stderr]: [OwnedFd; 4] = fds.try_into().map_err(|_| Failure {
+        if let Some(job) = self.start_cold(plan, fds)? {
+            self.jobs.push(job);
+        }
+        Ok(())
+    }
+
+    /// A cold start, or (`None`) a place in the queue for an id slot when none is free.
+    fn start_cold(&mut self, plan: JobPlan, fds: Vec<OwnedFd>) -> Result<Option<Job>, Failure> {
+        let stdio: [OwnedFd; 4] = fds.try_into().map_err(|_| Failure {
             step: "link".into(),
             detail: "spawn needs exactly 4 fds".into(),
             errno: 0,
@@ -562,13 +584,10 @@ impl Spawner {
         if self.free_slots.is_empty() {
             // Not a failure: the server admits no more jobs than there are slots for
             // running ones, so a slot comes back as soon as an exiting init is gone.
-            self.slot_wait
-                .push_back((plan, [code, stdin, stdout, stderr]));
-            return Ok(());
+            self.slot_wait.push_back((plan, stdio));
+            return Ok(None);
         }
-        let job = self.build_job(plan, [code, stdin, stdout, stderr], Vec::new())?;
-        self.jobs.push(job);
-        Ok(())
+        self.build_job(plan, stdio, Vec::new()).map(Some)
     }
 
     /// Start the jobs that waited for an id slot, as far as slots are free.
@@ -953,11 +972,17 @@ impl Spawner {
                     format!("{SANDBOX_GID} {gid} 1\n"),
                 )
             } else {
-                // Per job, its own pair of host ids: jobs never share a host uid.
+                // Per job, its own pair of host ids: jobs never share a host uid. A
+                // zygote's namespace also maps the ids its forked jobs run as.
                 let host = self.config.id_base + 2 * slot;
+                let jobs = if plan.is_zygote {
+                    zygote_id_map(&self.config)
+                } else {
+                    String::new()
+                };
                 (
-                    format!("0 {host} 1\n{SANDBOX_UID} {} 1\n", host + 1),
-                    format!("0 {host} 1\n{SANDBOX_GID} {} 1\n", host + 1),
+                    format!("0 {host} 1\n{SANDBOX_UID} {} 1\n{jobs}", host + 1),
+                    format!("0 {host} 1\n{SANDBOX_GID} {} 1\n{jobs}", host + 1),
                 )
             };
             std::fs::write(format!("/proc/{pid}/uid_map"), uid_map)?;

@@ -160,6 +160,11 @@ impl Spawner {
         {
             return Ok(Route::Cold(fds));
         }
+        // A forked job holds an id slot as a cold one does (its own host ids, see
+        // `plan::ZYGOTE_JOB_IDS`); with none free it waits for one on the cold path.
+        if self.free_slots.is_empty() {
+            return Ok(Route::Cold(fds));
+        }
         let key = zplan.key;
         let i = match (self.zygotes.list.iter()).position(|z| z.key == key && !z.replaced) {
             Some(i) => i,
@@ -300,7 +305,6 @@ impl Spawner {
         Ok(Some(self.zygotes.list.len() - 1))
     }
 
-    /// Ask zygote `i` to fork `plan`'s sandbox.
     /// Ask zygote `i` to fork `plan`'s sandbox: the job's cgroup, then the request. The
     /// answer comes to `zygote_event`; until then the spawner serves everything else.
     fn fork_from(
@@ -309,6 +313,27 @@ impl Spawner {
         plan: &mut JobPlan,
         stdio: [OwnedFd; 3],
     ) -> Result<(), Failure> {
+        let slot = self
+            .free_slots
+            .pop()
+            .ok_or_else(|| failure("slot", "no free id slot"))?;
+        let asked = self.fork_with_slot(i, plan, stdio, slot);
+        if asked.is_err() {
+            self.free_slots.push(slot);
+        }
+        asked
+    }
+
+    /// [`Self::fork_from`] once the job has its id slot (given back by the caller if
+    /// this fails, else when the job ends or its request does).
+    fn fork_with_slot(
+        &mut self,
+        i: usize,
+        plan: &mut JobPlan,
+        stdio: [OwnedFd; 3],
+        slot: u32,
+    ) -> Result<(), Failure> {
+        plan.zygote_slot = Some(slot);
         let cgroups = self.cgroups.as_ref().expect("checked by route");
         let name = format!("job-{}", plan.job_id);
         let limits = crate::cgroup::Limits {
@@ -448,6 +473,7 @@ impl Spawner {
             // The zygote said why (the request only failed).
             let _ = cgroup.kill_all();
             let _ = cgroup.remove();
+            self.free_slots.extend(plan.zygote_slot);
             self.started(plan.job_id, Err(failure("zygote-fork", text)));
             return Ok(());
         };
@@ -464,7 +490,7 @@ impl Spawner {
             pidfd,
             std::fs::File::from(status),
             Some(cgroup),
-            None,
+            plan.zygote_slot,
             None,
         );
         job.zygote = zygote;
@@ -492,8 +518,11 @@ impl Spawner {
         }) {
             self.zygote_broken(i);
             for asked in std::mem::take(&mut self.zygotes.list[i].asked) {
+                // Its init, if the zygote made one after all, cannot join the removed
+                // cgroup and ends before it maps the payload's ids.
                 let _ = asked.cgroup.kill_all();
                 let _ = asked.cgroup.remove();
+                self.free_slots.extend(asked.plan.zygote_slot);
                 self.started(
                     asked.plan.job_id,
                     Err(failure("zygote-fork", "the zygote did not answer")),
@@ -514,6 +543,7 @@ impl Spawner {
         for asked in z.asked {
             let _ = asked.cgroup.kill_all();
             let _ = asked.cgroup.remove();
+            self.free_slots.extend(asked.plan.zygote_slot);
             self.started(
                 asked.plan.job_id,
                 Err(failure("zygote-fork", "the zygote ended")),
@@ -521,11 +551,8 @@ impl Spawner {
         }
         for (plan, fds) in z.pending {
             let id = plan.job_id;
-            let started = match <[OwnedFd; 4]>::try_from(fds) {
-                Ok(stdio) => self.build_job(plan, stdio, Vec::new()),
-                Err(_) => Err(failure("link", "spawn needs exactly 4 fds")),
-            };
-            self.started(id, started.map(Some));
+            let started = self.start_cold(plan, fds);
+            self.started(id, started);
         }
     }
 
@@ -558,17 +585,15 @@ impl Spawner {
                     // (A failed request may break the zygote: look it up each time.)
                     let usable =
                         (self.zygotes.list.iter()).position(|z| z.job_id == job_id && !z.replaced);
-                    let started = match usable {
+                    // (Without a free id slot it waits for one, cold.)
+                    let started = match usable.filter(|_| !self.free_slots.is_empty()) {
                         Some(i) => match self.fork_request(i, &mut plan, fds) {
                             Ok(()) => continue,
                             Err(f) => Err(f),
                         },
-                        None => match <[OwnedFd; 4]>::try_from(fds) {
-                            Ok(stdio) => self.build_job(plan, stdio, Vec::new()),
-                            Err(_) => Err(failure("link", "spawn needs exactly 4 fds")),
-                        },
+                        None => self.start_cold(plan, fds),
                     };
-                    self.started(id, started.map(Some));
+                    self.started(id, started);
                 }
             }
             Err(nix::Error::EAGAIN) | Err(nix::Error::EINTR) => {}

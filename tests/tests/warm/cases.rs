@@ -101,10 +101,10 @@ fn normalize(v: &Value) -> Value {
 }
 
 /// The expected differences: the order of the mount table, and a job forked from a
-/// zygote has a user namespace nested
-/// in the zygote's, whose maps name the zygote namespace's ids (uid and gid 1000 only)
-/// rather than host ids (a cold job's namespace maps its root and 1000 to host ids).
-/// Those maps are checked here and left out of the comparison.
+/// zygote has a user namespace nested in the zygote's, whose maps map uid and gid 1000
+/// only, to its id slot's ids in the zygote's namespace (`plan::ZYGOTE_JOB_IDS` + slot,
+/// above 65535 like a host id; a cold job's namespace maps its root and 1000 to host
+/// ids). Those maps are checked here and left out of the comparison.
 fn comparable(mut v: Value, forked: bool) -> Value {
     if let (true, Value::Object(o)) = (ZYGOTE, &mut v) {
         // A forked job's fresh mounts replace the zygote's: same mounts, listed in
@@ -117,7 +117,7 @@ fn comparable(mut v: Value, forked: bool) -> Value {
         }
         for key in ["uid_map", "gid_map"] {
             if let (Some(map), true) = (o.remove(key), forked) {
-                assert_eq!(map, serde_json::json!([["1000", "1000", "1"]]), "{key}");
+                assert_eq!(map, serde_json::json!([["1000", "HOST-ID", "1"]]), "{key}");
             }
         }
     }
