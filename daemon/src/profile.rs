@@ -133,17 +133,73 @@ pub struct FilesystemSection {
     pub shm_size_bytes: u64,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// What a job's network namespace holds (`network = "loopback"` or `"none"`, or
+/// `[network] mode = ...`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NetworkMode {
+    /// A private loopback, as `docker --network none`: `lo` up in the job's own network
+    /// namespace, IPv4/IPv6 sockets allowed for it. Nothing routes off the namespace and
+    /// the host's loopback is another namespace's.
+    #[default]
+    Loopback,
+    /// No network at all: `lo` down, and seccomp refuses IPv4/IPv6 sockets (EPERM).
+    None,
+}
+
+/// The `network` key: a mode alone (`network = "none"`) or a table.
+#[derive(Debug, Clone, Default)]
 pub struct NetworkSection {
-    /// Reserved: only `false` is supported (a fresh netns with loopback down).
-    #[serde(default)]
+    /// Reserved: only `false` is supported (direct network access does not exist).
     pub enabled: bool,
+    pub mode: NetworkMode,
     /// `host` (port 443) or `host:port` a job may reach, through the daemon's egress
     /// proxy alone (`crate::egress`), in a network namespace of its own with `lo` up and
-    /// nothing else. Empty: no network at all.
-    #[serde(default)]
+    /// nothing else. Empty: no way out.
     pub egress: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NetworkTable {
+    #[serde(default)]
+    enabled: bool,
+    #[serde(default)]
+    mode: NetworkMode,
+    #[serde(default)]
+    egress: Vec<String>,
+}
+
+impl<'de> Deserialize<'de> for NetworkSection {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = NetworkSection;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str(r#""loopback", "none" or a [network] table"#)
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                let mode = NetworkMode::deserialize(serde::de::value::StrDeserializer::new(v))?;
+                Ok(NetworkSection {
+                    mode,
+                    ..NetworkSection::default()
+                })
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<Self::Value, A::Error> {
+                let t =
+                    NetworkTable::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+                Ok(NetworkSection {
+                    enabled: t.enabled,
+                    mode: t.mode,
+                    egress: t.egress,
+                })
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
 }
 
 impl NetworkSection {
@@ -162,9 +218,10 @@ impl NetworkSection {
         out
     }
 
-    /// Whether the job's seccomp policy allows IPv4/IPv6 sockets (to the proxy).
+    /// Whether the job's seccomp policy allows IPv4/IPv6 sockets (on its own loopback,
+    /// or to the proxy there).
     pub fn inet(&self) -> bool {
-        self.enabled || !self.egress.is_empty()
+        self.enabled || !self.egress.is_empty() || self.mode == NetworkMode::Loopback
     }
 }
 
@@ -350,6 +407,12 @@ impl Profile {
             return Err(bad(
                 "network.enabled",
                 "direct network access is not supported; only false (see network.egress)".into(),
+            ));
+        }
+        if file.network.mode == NetworkMode::None && !file.network.egress.is_empty() {
+            return Err(bad(
+                "network.egress",
+                "needs a loopback (the proxy listens on the job's own 127.0.0.1): not with mode \"none\"".into(),
             ));
         }
         for host in &file.network.egress {
@@ -583,6 +646,48 @@ mod tests {
         }
         let err = parse(&format!("{}\n[warm]\nsize = 2\n", default_text())).unwrap_err();
         assert!(matches!(err, ProfileError::Parse { .. }), "{err:?}");
+    }
+
+    /// `network` is a mode alone or a table; the default is a private loopback; a mode
+    /// that does not exist and `none` with egress are refused, naming the key.
+    #[test]
+    fn network_is_a_mode_or_a_table() {
+        let table = |body: &str| {
+            let text = default_text();
+            let start = text.find("[network]").unwrap();
+            let end = text.find("[security]").unwrap();
+            format!("{}{body}{}", &text[..start], &text[end..])
+        };
+        let mode = |text: &str| parse(text).map(|p| p.file.network.mode);
+        assert_eq!(mode(&default_text()).unwrap(), NetworkMode::Loopback);
+        assert_eq!(mode(&table("")).unwrap(), NetworkMode::Loopback, "absent");
+        assert_eq!(
+            mode(&format!("network = \"none\"\n{}", table(""))).unwrap(),
+            NetworkMode::None
+        );
+        assert_eq!(
+            mode(&table("[network]\nmode = \"none\"\n")).unwrap(),
+            NetworkMode::None
+        );
+        let offline = load_dir(&shipped_dir()).unwrap();
+        let offline = offline.iter().find(|p| p.name == "offline").unwrap();
+        assert_eq!(offline.file.network.mode, NetworkMode::None);
+        assert!(!offline.file.network.inet());
+        assert!(parse(&default_text()).unwrap().file.network.inet());
+        for bad in ["network = \"host\"\n", "[network]\nmode = \"bridge\"\n"] {
+            let text = if bad.starts_with('[') {
+                table(bad)
+            } else {
+                format!("{bad}{}", table(""))
+            };
+            let msg = format!("{:#}", anyhow::Error::from(parse(&text).unwrap_err()));
+            assert!(msg.contains("loopback") && msg.contains("none"), "{msg}");
+        }
+        let both = table("[network]\nmode = \"none\"\negress = [\"example.org\"]\n");
+        match parse(&both).unwrap_err() {
+            ProfileError::Invalid { field, .. } => assert_eq!(field, "network.egress"),
+            e => panic!("{e:?}"),
+        }
     }
 
     #[test]

@@ -445,7 +445,7 @@ pub fn adopt_inherited_fd(fd: RawFd) -> io::Result<OwnedFd> {
 
 /// Bring the loopback interface of the caller's network namespace up
 /// (`SIOCGIFFLAGS`/`SIOCSIFFLAGS` on `lo`, see netdevice(7)); needs CAP_NET_ADMIN over
-/// that namespace.
+/// that namespace unless `lo` is up already (then it changes nothing).
 pub fn loopback_up() -> io::Result<()> {
     use nix::sys::socket::{socket, AddressFamily, SockFlag, SockType};
     let sock = socket(
@@ -466,6 +466,9 @@ pub fn loopback_up() -> io::Result<()> {
     }
     // SAFETY: the kernel just filled the flags member of the union (SIOCGIFFLAGS).
     unsafe {
+        if req.ifr_ifru.ifru_flags & libc::IFF_UP as libc::c_short != 0 {
+            return Ok(());
+        }
         req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
     }
     // SAFETY: as above; SIOCSIFFLAGS only reads `req`.

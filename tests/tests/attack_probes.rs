@@ -49,8 +49,10 @@ use vivariumd::sandbox::weaken::Layer;
 /// Jobs in flight at once (the machine may have two CPUs).
 const CONCURRENCY: usize = 4;
 /// The shipped profiles, where every probe must be BLOCKED (`zygote`: each probe in a
-/// sandbox forked from a zygote).
-const REAL_PROFILES: [&str; 3] = ["default", "compat", "zygote"];
+/// sandbox forked from a zygote; `offline`: no network at all, `network = "none"`). A
+/// probe of what only `network = "none"` refuses (an IPv4 socket at all) names the
+/// profiles it applies to (`"profiles"` in the manifest).
+const REAL_PROFILES: [&str; 4] = ["default", "compat", "zygote", "offline"];
 /// The test-only weakened profiles in `tests/attack/profiles/`.
 const WEAK_PROFILES: [&str; 4] = ["weak-seccomp", "weak-net", "weak-binds", "weak-env"];
 /// What every outcome of a weakened daemon must say in its `not_enforced`.
@@ -91,6 +93,8 @@ struct Probe {
     weakened: Option<Proof>,
     no_proof: Option<String>,
     finding: Option<String>,
+    /// The real profiles it runs in (all of REAL_PROFILES unless the manifest says).
+    profiles: Vec<String>,
 }
 
 /// How a probe's detector is shown to work.
@@ -221,6 +225,17 @@ fn load_probes() -> Vec<Probe> {
                 .get(&name)
                 .unwrap_or_else(|| panic!("{name} has no entry in tests/attack/manifest.json"));
             let text = |key: &str| entry[key].as_str().map(str::to_owned);
+            let profiles: Vec<String> = match entry.get("profiles") {
+                None => REAL_PROFILES.iter().map(|p| (*p).to_owned()).collect(),
+                Some(list) => (list.as_array().into_iter().flatten())
+                    .map(|p| {
+                        let p = p.as_str().unwrap_or_default();
+                        assert!(REAL_PROFILES.contains(&p), "{name}: profile {p:?}");
+                        p.to_owned()
+                    })
+                    .collect(),
+            };
+            assert!(!profiles.is_empty(), "{name}: no profile");
             let probe = Probe {
                 technique: technique(&code),
                 class: class.clone(),
@@ -228,6 +243,7 @@ fn load_probes() -> Vec<Probe> {
                 weakened: Proof::parse(&name, &entry["weakened"]),
                 no_proof: text("no_proof"),
                 finding: text("finding"),
+                profiles,
                 name,
                 code,
             };
@@ -620,10 +636,8 @@ async fn escape_probes_are_blocked_and_their_detectors_work() {
     // 2. Weakened daemons: one per (drop, expose) set.
     let mut weak_groups: BTreeMap<(Vec<String>, Vec<String>), Vec<&Probe>> = BTreeMap::new();
     for p in &probes {
-        let mut runs: Vec<(String, String)> = REAL_PROFILES
-            .iter()
-            .map(|r| ((*r).to_owned(), (*r).to_owned()))
-            .collect();
+        let mut runs: Vec<(String, String)> =
+            p.profiles.iter().map(|r| (r.clone(), r.clone())).collect();
         match &p.weakened {
             Some(Proof::Profile(w)) => runs.push((w.clone(), w.clone())),
             Some(Proof::Daemon { drop, expose, .. }) => weak_groups
@@ -730,10 +744,8 @@ async fn escape_probes_are_blocked_and_their_detectors_work() {
         } else {
             "BLOCKED"
         };
-        let mut expect: Vec<(String, &str)> = REAL_PROFILES
-            .iter()
-            .map(|r| ((*r).to_owned(), want_real))
-            .collect();
+        let mut expect: Vec<(String, &str)> =
+            p.profiles.iter().map(|r| (r.clone(), want_real)).collect();
         if let Some(proof) = &p.weakened {
             expect.push((proof.run_label(), "ESCAPED"));
         }
@@ -798,7 +810,7 @@ fn render_table(probes: &[Probe], answers: &BTreeMap<(String, String), Answer>) 
         |name: &str, profile: &str| match answers.get(&(name.to_owned(), profile.to_owned())) {
             Some(Ok((v, _))) => v.clone(),
             Some(Err(_)) => "FAILED".to_owned(),
-            None => "-".to_owned(),
+            None => "n/a".to_owned(),
         };
     let mut out = String::new();
     let mut classes: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
@@ -814,8 +826,8 @@ fn render_table(probes: &[Probe], answers: &BTreeMap<(String, String), Answer>) 
     let proved: usize = classes.values().map(|c| c.1).sum();
     let _ = writeln!(out, "| **all** | **{}** | **{proved}** |\n", probes.len());
     out.push_str(
-        "| probe | technique | blocked by | default | compat | zygote | detector proof: switched off → verdict |\n\
-         | --- | --- | --- | --- | --- | --- | --- |\n",
+        "| probe | technique | blocked by | default | compat | zygote | offline | detector proof: switched off → verdict |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- |\n",
     );
     for p in probes {
         let weak = match &p.weakened {
@@ -824,13 +836,14 @@ fn render_table(probes: &[Probe], answers: &BTreeMap<(String, String), Answer>) 
         };
         let _ = writeln!(
             out,
-            "| `{}` | {} | {} | {} | {} | {} | {weak} |",
+            "| `{}` | {} | {} | {} | {} | {} | {} | {weak} |",
             p.name,
             p.technique.replace('|', "\\|"),
             p.blocked_by,
             verdict(&p.name, "default"),
             verdict(&p.name, "compat"),
             verdict(&p.name, "zygote"),
+            verdict(&p.name, "offline"),
         );
     }
     out.push_str("\n### Probes without a detector proof\n");

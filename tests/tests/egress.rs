@@ -40,7 +40,7 @@ fn echo_listener(addr: &str) -> (u16, Arc<AtomicUsize>) {
 }
 
 fn egress_profile(hosts: &str) -> String {
-    default_profile_with(&[("enabled", &format!("enabled = false\negress = [{hosts}]"))])
+    default_profile_with(&[("mode", &format!("mode = \"loopback\"\negress = [{hosts}]"))])
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -119,32 +119,51 @@ async fn an_egress_sandbox_reaches_the_allowed_host_through_the_proxy_and_nothin
     assert!(daemon.log().contains("egress"), "{}", daemon.log());
 }
 
-/// A profile without `network.egress` keeps today's network: an empty namespace, no
-/// proxy, no INET sockets at all.
+/// A profile without `network.egress` has no proxy and no way out: with its private
+/// loopback (`default`) the host's ports are the job's own, with nobody listening
+/// (ECONNREFUSED; a datagram goes to the job's own `lo`, and the host's socket gets
+/// nothing); with `network = "none"` (`offline`) there is no INET socket at all.
 #[tokio::test(flavor = "multi_thread")]
 async fn without_egress_there_is_no_proxy_and_no_network() {
     if !require_root() {
         return;
     }
     let (port, hits) = echo_listener("127.0.0.1");
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    udp.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let udp_port = udp.local_addr().unwrap().port();
     let daemon = Daemon::start(DaemonOpts::default());
-    let job = Job::new(probe("egress"))
-        .arg(port.to_string())
-        .arg("9")
-        .arg(port.to_string());
-    let c = daemon.run_job(&job).await;
-    assert_eq!(c.outcome.reason, Reason::Ok, "{}", describe(&c));
-    let ev = evidence(&c);
-    for k in [
-        "direct_host_tcp",
-        "proxy_allowed",
-        "udp_to_host",
-        "route_outside",
-    ] {
-        assert!(ev[k].get("errno").is_some(), "{k}: {ev}");
+    for profile in ["default", "offline"] {
+        let job = Job::new(probe("egress"))
+            .profile(profile)
+            .arg(port.to_string())
+            .arg(udp_port.to_string())
+            .arg(port.to_string());
+        let c = daemon.run_job(&job).await;
+        assert_eq!(c.outcome.reason, Reason::Ok, "{}", describe(&c));
+        let ev = evidence(&c);
+        let errno = |k: &str| ev[k]["errno"].as_str().unwrap_or("").to_owned();
+        if profile == "offline" {
+            for k in [
+                "direct_host_tcp",
+                "proxy_allowed",
+                "udp_to_host",
+                "route_outside",
+            ] {
+                assert_eq!(errno(k), "EPERM", "{profile} {k}: {ev}");
+            }
+        } else {
+            assert_eq!(errno("direct_host_tcp"), "ECONNREFUSED", "{ev}");
+            assert_eq!(errno("proxy_allowed"), "ECONNREFUSED", "{ev}");
+            assert_eq!(errno("route_outside"), "ENETUNREACH", "{ev}");
+        }
+        assert!(ev["proxy_env"].is_null(), "{ev}");
     }
-    assert!(ev["proxy_env"].is_null(), "{ev}");
     assert_eq!(hits.load(Ordering::SeqCst), 0);
+    let mut buf = [0u8; 64];
+    let got = udp.recv_from(&mut buf);
+    assert!(got.is_err(), "a job's datagram reached the host: {got:?}");
 }
 
 /// `network.egress` is refused where it cannot be what it says: with a warm pool or a

@@ -271,12 +271,10 @@ async fn host_loopback_is_unreachable() {
     let port = listener.local_addr().unwrap().port().to_string();
     let daemon = Daemon::start(DaemonOpts::default());
     let ev = run_probe(&daemon, "network", &[&port]).await;
+    // The job's 127.0.0.1 is its own loopback's, where nobody listens.
     let errno = ev["tcp_connect"]["errno"].as_str();
     assert!(
-        matches!(
-            errno,
-            Some("EPERM" | "EACCES" | "ENETUNREACH" | "EAFNOSUPPORT")
-        ),
+        matches!(errno, Some("ECONNREFUSED")),
         "connect to the host's 127.0.0.1:{port}: {}",
         ev["tcp_connect"]
     );
@@ -517,6 +515,20 @@ async fn seccomp_refuses_what_python_never_needs() {
     }
     let daemon = Daemon::start(DaemonOpts::default());
     let ev = run_probe(&daemon, "seccomp", &[]).await;
+    // With `network = "none"` no family but AF_UNIX; with a private loopback also
+    // AF_INET and AF_INET6 (on the job's own `lo`, tests/tests/loopback.rs).
+    let offline = daemon
+        .run_job(&Job::new(probe("seccomp")).profile("offline"))
+        .await;
+    assert_eq!(offline.outcome.reason, Reason::Ok, "{}", describe(&offline));
+    let offline = evidence(&offline);
+    let offline_sockets = offline["sockets"].as_object().unwrap();
+    for (family, result) in offline_sockets.iter().filter(|(f, _)| *f != "AF_UNIX") {
+        assert!(
+            matches!(result.as_str(), Some("EPERM" | "EAFNOSUPPORT")),
+            "offline: socket {family}: {result}"
+        );
+    }
     let refused = |v: &Value| matches!(v.as_str(), Some("EPERM" | "ENOSYS"));
     let mut allowed = Vec::new();
     for group in ["syscalls", "namespaces", "arguments"] {
@@ -527,7 +539,11 @@ async fn seccomp_refuses_what_python_never_needs() {
         }
     }
     let sockets = ev["sockets"].as_object().unwrap();
-    for (family, result) in sockets.iter().filter(|(f, _)| *f != "AF_UNIX") {
+    let own_loopback = ["AF_UNIX", "AF_INET", "AF_INET6", "AF_INET_UDP"];
+    for (family, result) in sockets
+        .iter()
+        .filter(|(f, _)| !own_loopback.contains(&f.as_str()))
+    {
         if !matches!(
             result.as_str(),
             Some("EPERM" | "EACCES" | "EAFNOSUPPORT" | "ENOSYS")
@@ -541,5 +557,7 @@ async fn seccomp_refuses_what_python_never_needs() {
         "not refused by seccomp\n{ev:#}"
     );
     assert_eq!(ev["unknown"], json!({"clone3": "ENOSYS"}));
-    assert_eq!(sockets["AF_UNIX"], "created");
+    for family in own_loopback {
+        assert_eq!(sockets[family], "created", "{family}");
+    }
 }

@@ -360,7 +360,7 @@ async fn fontconfig_finds_its_configuration_under_every_profile() {
                 .count()
         });
     let daemon = Daemon::start(DaemonOpts::default());
-    for profile in ["default", "compat", "warm", "zygote", "rootless"] {
+    for profile in ["default", "compat", "warm", "zygote", "rootless", "offline"] {
         let done = daemon
             .run_job(&Job::new(probe("fontconfig")).profile(profile))
             .await;

@@ -106,7 +106,7 @@ async fn a_users_daemon_refuses_cgroup_profiles_and_says_how_to_get_delegation()
     for p in &profiles {
         let why = p.disabled.as_deref();
         match p.name.as_str() {
-            "default" | "compat" | "warm" | "zygote" => {
+            "default" | "compat" | "warm" | "zygote" | "offline" => {
                 let why = why.unwrap_or_else(|| panic!("{} is enabled: {p:?}", p.name));
                 assert!(why.contains("Delegate=yes"), "{why}");
                 assert!(why.contains("no usable cgroup"), "{why}");

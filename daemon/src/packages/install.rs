@@ -27,7 +27,7 @@ use super::spec::Req;
 use super::tree::{TreeError, TreeLimits};
 use super::{PackageError, PackagesSection, ENV_PATH};
 use crate::profile::JobLimits;
-use crate::sandbox::plan::{self, JobPlan, MountStep, EGRESS_PORT};
+use crate::sandbox::plan::{self, JobPlan, MountStep, NetworkPlan, EGRESS_PORT};
 use crate::server::{ActiveProfile, Daemon};
 use crate::spawner::link::{FromSpawner, JobReport, KillCause};
 use std::collections::HashMap;
@@ -665,9 +665,11 @@ pub fn install_plan(
         profile.seccomp.clone(),
         cgroups,
     );
-    // The install's network is its own (below), never the job profile's egress.
-    plan.egress = false;
+    // The install's network is its own (below), never the job profile's loopback or
+    // egress: nothing at all from a wheelhouse.
+    plan.network = NetworkPlan::None;
     plan.landlock.tcp_connect.clear();
+    plan.landlock.tcp_any = false;
     plan.env
         .retain(|(k, _)| !k.to_ascii_lowercase().ends_with("_proxy"));
     if p.file.network.inet() && section.index_url.is_none() {
@@ -725,7 +727,7 @@ pub fn install_plan(
     plan.rlimits.fsize = section.max_env_bytes;
     plan.rlimits.nofile = plan.rlimits.nofile.max(1024);
     if section.index_url.is_some() {
-        plan.egress = true;
+        plan.network = NetworkPlan::Egress;
         // The profile's seccomp policy with its `deny_socket_inet` filter in place of
         // `deny_socket_local`: IPv4/IPv6 sockets (to the proxy on the namespace's own
         // loopback) are allowed, netlink, packet and vsock sockets stay refused.
@@ -1064,9 +1066,19 @@ mod tests {
         let uv = Path::new("/opt/vivarium/uv/bin/uv");
         let s = &a.profile.file.packages;
         let plan = install_plan(9, &a, uv, s, &[req("numpy")], Some(&[])).unwrap();
-        assert!(!plan.egress, "a fresh empty network namespace");
+        assert_eq!(
+            plan.network,
+            NetworkPlan::None,
+            "a fresh empty network namespace"
+        );
         assert!(plan.landlock.tcp_connect.is_empty());
-        assert_eq!(plan.seccomp, a.seccomp, "the profile's no-network filters");
+        assert!(plan.landlock.tcp_connect.is_empty() && !plan.landlock.tcp_any);
+        // The default profile's own filters allow IPv4/IPv6 sockets (for its private
+        // loopback): the install gets its policy without them.
+        let no_inet = crate::sandbox::seccomp::load(&a.profile.seccomp_path, false)
+            .unwrap()
+            .to_wire();
+        assert_eq!(plan.seccomp, no_inet, "the profile's no-network filters");
         // The environment is a tmpfs in the sandbox, capped in bytes and inodes, and
         // exported to the server: no host directory is writable.
         assert_eq!(tmpfs(&plan, ENV_PATH), Some((64 << 20, 5_000)));
@@ -1118,7 +1130,11 @@ mod tests {
         let s = &a.profile.file.packages;
         let uv = Path::new("/opt/vivarium/uv/bin/uv");
         let plan = install_plan(9, &a, uv, s, &[req("numpy")], Some(&[])).unwrap();
-        assert!(plan.egress, "a network namespace of its own with the proxy");
+        assert_eq!(
+            plan.network,
+            NetworkPlan::Egress,
+            "its own namespace with the proxy"
+        );
         assert_eq!(plan.landlock.tcp_connect, vec![EGRESS_PORT]);
         assert_ne!(plan.seccomp, a.seccomp, "the inet variant of the policy");
         let proxy = format!("http://127.0.0.1:{EGRESS_PORT}");
@@ -1341,7 +1357,7 @@ mod tests {
         let limits = a.profile.job_limits(&Default::default()).unwrap();
         let mut plan = plan::build(1, &a.profile, &limits, &[], vec![], Some(&[]));
         use_env(&mut plan, Path::new("/c/envs/k/env"));
-        assert!(!plan.egress && plan.export.is_none());
+        assert!(plan.network != NetworkPlan::Egress && plan.export.is_none());
         assert_eq!(plan.interpreter, PathBuf::from("/env/bin/python"));
         assert_eq!(plan.argv[0], "/env/bin/python");
         assert_eq!(&plan.argv[1..3], ["-I", "-u"]);

@@ -301,6 +301,14 @@ fn init(
     // lowered for good (the payload never holds it).
     set_user_ns_limits(plan.is_zygote || weakening.drops(Layer::NamespaceLimits))?;
 
+    // The job's private loopback (`NetworkPlan::Loopback`): already up in the spawner's
+    // spare namespace (which belongs to the host's user namespace: nothing here could
+    // change it), brought up here in one of the job's own (`CLONE_NEWNET`: rootless, or
+    // no spare). Fail closed: the plan asked for it.
+    if plan.network.loopback() {
+        sys::loopback_up().map_err(|e| SetupError::io("loopback", "lo".as_ref(), &e))?;
+    }
+
     // 3. Hostname, the script, rlimits (inherited by the payload).
     if !weakening.drops(Layer::UtsNs) {
         nix::unistd::sethostname(&plan.hostname)

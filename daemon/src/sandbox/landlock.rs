@@ -35,8 +35,11 @@ pub fn apply(plan: &LandlockPlan, kernel_abi: u32) -> Result<LandlockStatus, Set
         .set_compatibility(level)
         .handle_access(AccessFs::from_all(abi))
         .map_err(|e| err("landlock-fs", e))?;
-    if plan.abi >= 4 {
-        // Handled with no rule: every TCP bind and connect is denied.
+    if plan.abi >= 4 && !plan.tcp_any {
+        // Handled with no rule: every TCP bind and connect is denied (but the ports of
+        // `tcp_connect`). Not for a private loopback (`tcp_any`): Landlock's TCP rules
+        // name ports, not addresses, so there they could only forbid ports of the job's
+        // own loopback; its network namespace is what keeps it there.
         ruleset = ruleset
             .handle_access(AccessNet::from_all(abi))
             .map_err(|e| err("landlock-net", e))?;
@@ -77,7 +80,7 @@ pub fn apply(plan: &LandlockPlan, kernel_abi: u32) -> Result<LandlockStatus, Set
     }
     // A package install from an index: TCP connect to these ports only (the server
     // refuses such an install on a kernel below ABI 4, where this could not hold).
-    for port in &plan.tcp_connect {
+    for port in plan.tcp_connect.iter().filter(|_| !plan.tcp_any) {
         created = created
             .add_rule(NetPort::new(*port, AccessNet::ConnectTcp))
             .map_err(|e| err("landlock-net-rule", e))?;

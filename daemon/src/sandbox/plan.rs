@@ -2,7 +2,7 @@
 //! the clone, as plain data. The child only executes it.
 
 use crate::cgroup::ViewMount;
-use crate::profile::{JobLimits, Profile};
+use crate::profile::{JobLimits, NetworkMode, Profile};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -49,6 +49,28 @@ pub const ZYGOTE_JOB_IDS: u32 = 100_000;
 /// The egress proxy's port on the loopback of a sandbox with [`JobPlan::egress`] (its
 /// own network namespace: no other listener can hold it).
 pub const EGRESS_PORT: u16 = 3128;
+
+/// A job's network namespace, always a fresh one (owned by the host's user namespace
+/// when the spawner makes it, see `spawner::SpareNet`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NetworkPlan {
+    /// Nothing but a down `lo` (profile `network = "none"`, installs from a wheelhouse).
+    None,
+    /// `lo` up and nothing else: a private loopback (profile `network = "loopback"`).
+    Loopback,
+    /// `lo` up, and the daemon's egress proxy as the only way out (`crate::egress`): the
+    /// spawner makes the namespace, binds a listener on `127.0.0.1:`[`EGRESS_PORT`] in it
+    /// and hands that listener to the server (`FromSpawner::Egress`). Profiles with
+    /// `network.egress`, package installs from an index.
+    Egress,
+}
+
+impl NetworkPlan {
+    /// Whether `lo` is up in the job's namespace.
+    pub fn loopback(self) -> bool {
+        self != NetworkPlan::None
+    }
+}
 
 /// One step of building the new root. Paths are as seen inside the sandbox.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -119,6 +141,11 @@ pub struct LandlockPlan {
     /// needs ABI 4). Empty: every TCP connect and bind is denied.
     #[serde(default)]
     pub tcp_connect: Vec<u16>,
+    /// Landlock handles no TCP right at all (ignoring `tcp_connect`): a private loopback
+    /// (`NetworkPlan::Loopback`), whose every address is the job's own; Landlock's TCP
+    /// rules are per port and could not say "this namespace's loopback only".
+    #[serde(default)]
+    pub tcp_any: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -156,13 +183,8 @@ pub struct JobPlan {
     /// A warm sandbox: the interpreter starts now and waits for its job on stdin; the
     /// deadlines start when the spawner is told the job has been delivered (`Arm`).
     pub warm: bool,
-    /// A fresh network namespace with `lo` up whose only way out is the daemon's egress
-    /// proxy (`crate::egress`): the spawner makes the namespace, binds a listener on
-    /// `127.0.0.1:`[`EGRESS_PORT`] in it and hands that listener to the server
-    /// (`FromSpawner::Egress`). Package installs from an index only. `false`: a fresh,
-    /// empty network namespace (nothing but a down `lo`).
-    #[serde(default)]
-    pub egress: bool,
+    /// What the job's (always fresh) network namespace holds.
+    pub network: NetworkPlan,
     /// A directory of the sandbox (its path inside) that the server gets an open fd to
     /// once the payload runs (`FromSpawner::Exported`): a package install's environment,
     /// built on a capped tmpfs there and copied out after the sandbox has ended.
@@ -467,6 +489,11 @@ pub fn build(
     mounts.extend(cgroup_view_steps(&cgroup_view));
     let mut env = environment(profile);
     let egress = !profile.file.network.egress.is_empty();
+    let network = match profile.file.network.mode {
+        _ if egress => NetworkPlan::Egress,
+        NetworkMode::Loopback => NetworkPlan::Loopback,
+        NetworkMode::None => NetworkPlan::None,
+    };
     if egress {
         // The proxy on the namespace's own loopback is the only way out; programs that
         // honour the usual variables use it as they are.
@@ -497,6 +524,9 @@ pub fn build(
             } else {
                 Vec::new()
             },
+            // Landlock's TCP rules name ports, not addresses: in a namespace whose only
+            // interface is the job's own loopback they could only forbid ports of it.
+            tcp_any: network == NetworkPlan::Loopback,
         },
         mounts,
         interpreter: py.interpreter.clone(),
@@ -522,7 +552,7 @@ pub fn build(
         wall_ms: limits.wall_ms,
         cpu_ms: limits.cpu_ms,
         warm: false,
-        egress,
+        network,
         export: None,
         time_ns: false,
         zygote_slot: None,
@@ -755,8 +785,11 @@ mod tests {
                 write_dirs: vec!["/work".into(), "/tmp".into(), "/dev/shm".into()],
                 write_files: vec!["/dev/null".into(), "/dev/zero".into(), "/dev/full".into()],
                 tcp_connect: vec![],
+                // The default profile's private loopback: Landlock handles no TCP.
+                tcp_any: true,
             }
         );
+        assert_eq!(plan.network, NetworkPlan::Loopback);
     }
 
     /// The host's cgroup view reaches the plan as data for init, with its mount points

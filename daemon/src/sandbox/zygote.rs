@@ -386,6 +386,11 @@ fn prepare(encoded: &mut [u8], attach: &[OwnedFd]) -> Result<(JobPlan, Prepared)
         | CloneFlags::CLONE_NEWCGROUP
         | CloneFlags::CLONE_NEWNET;
     nix::sched::unshare(flags).map_err(|e| SetupError::errno("unshare", e))?;
+    // The job's private loopback, in the network namespace just made (ours: the zygote's
+    // user namespace owns it; the payload's own user namespace gets no say over it).
+    if plan.network.loopback() {
+        sys::loopback_up().map_err(|e| SetupError::io("loopback", "lo".as_ref(), &e))?;
+    }
     // The job's fresh mounts belong to the ids its payload's uid and gid map to.
     let ids = job_ids(&plan)?;
     mount::populate_fresh(&plan.mounts, (ids, ids), mount::FreshProc::Zygote)?;

@@ -497,7 +497,7 @@ mod tests {
 
     #[test]
     fn both_profiles_enabled_on_a_current_kernel() {
-        for name in ["default", "compat", "rootless"] {
+        for name in ["default", "compat", "rootless", "offline"] {
             let a = activate(shipped(name), &facts(7, ALL));
             assert_eq!(a.disabled, None, "{name}");
             assert!(a.not_enforced.is_empty(), "{name}: {:?}", a.not_enforced);

@@ -11,7 +11,7 @@ mod zygote;
 
 use crate::cgroup::{Cgroups, JobCgroup, Limits, Version};
 use crate::sandbox::init::{self, InitArgs, InitFds, Prepared};
-use crate::sandbox::plan::{JobPlan, SANDBOX_GID, SANDBOX_UID};
+use crate::sandbox::plan::{JobPlan, NetworkPlan, SANDBOX_GID, SANDBOX_UID};
 use crate::sandbox::report::{decode_all, Failure, InitMsg};
 use crate::sandbox::weaken::{self, Layer};
 use crate::{error_chain, sys};
@@ -93,11 +93,15 @@ struct Spawner {
 /// instead of into a `CLONE_NEWNET` made on the spot; each one serves exactly one job.
 /// Its owner is the host's user namespace, not the job's: nothing in the job has any
 /// capability over it (with `CLONE_NEWNET` the job's init had, and dropped them).
-/// Where it cannot be made (a rootless daemon, no /proc), jobs get `CLONE_NEWNET`.
+/// Where it cannot be made (a rootless daemon, no /proc), jobs get `CLONE_NEWNET` (and
+/// init brings `lo` up when the plan wants it). There is one spare of each kind: `lo`
+/// down (`NetworkPlan::None`) and `lo` up (`NetworkPlan::Loopback`), brought up here,
+/// off the job's path, where only the spawner can change it.
 struct SpareNet {
     /// The spawner's own network namespace, to return to.
     host: Option<OwnedFd>,
-    spare: Option<OwnedFd>,
+    /// Indexed by whether `lo` is up in it.
+    spare: [Option<OwnedFd>; 2],
 }
 
 impl SpareNet {
@@ -107,34 +111,49 @@ impl SpareNet {
         } else {
             open_ns("/proc/self/ns/net").ok()
         };
-        SpareNet { host, spare: None }
+        SpareNet {
+            host,
+            spare: [None, None],
+        }
     }
 
-    /// Make the spare if there is none. A failure to make one only means the next job
+    /// Make the spares there are none of. A failure to make one only means the next job
     /// gets `CLONE_NEWNET`; a failure to return to the host's namespace ends the spawner.
     fn refill(&mut self) {
-        let Some(host) = &self.host else { return };
-        if self.spare.is_some() {
-            return;
+        for loopback in [false, true] {
+            let Some(host) = &self.host else { return };
+            if self.spare[usize::from(loopback)].is_some() {
+                continue;
+            }
+            if nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).is_err() {
+                self.host = None;
+                return;
+            }
+            let made = (|| {
+                if loopback {
+                    sys::loopback_up()?;
+                }
+                open_ns("/proc/self/ns/net")
+            })();
+            if let Err(e) = nix::sched::setns(host, nix::sched::CloneFlags::CLONE_NEWNET) {
+                eprintln!("vivariumd spawner: cannot return to its network namespace: {e}");
+                sys::exit_now(1);
+            }
+            match made {
+                Ok(fd) => self.spare[usize::from(loopback)] = Some(fd),
+                Err(_) => self.host = None,
+            }
         }
-        if nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).is_err() {
-            self.host = None;
-            return;
-        }
-        let spare = open_ns("/proc/self/ns/net");
-        if let Err(e) = nix::sched::setns(host, nix::sched::CloneFlags::CLONE_NEWNET) {
-            eprintln!("vivariumd spawner: cannot return to its network namespace: {e}");
-            sys::exit_now(1);
-        }
-        match spare {
-            Ok(fd) => self.spare = Some(fd),
-            Err(_) => self.host = None,
-        }
+    }
+
+    /// The spare for a job whose plan wants `network`, if there is one.
+    fn take(&mut self, network: NetworkPlan) -> Option<OwnedFd> {
+        self.spare[usize::from(network.loopback())].take()
     }
 }
 
 impl SpareNet {
-    /// A network namespace for a job with `JobPlan::egress`, made on the spot: `lo` up
+    /// A network namespace for a job with `NetworkPlan::Egress`, made on the spot: `lo` up
     /// and the egress proxy's listener bound on `127.0.0.1:EGRESS_PORT` in it (a socket
     /// belongs to the namespace it was made in, whoever later accepts on it). Owned by
     /// the host's user namespace like the spare, so nothing in the job can change it.
@@ -850,12 +869,13 @@ impl Spawner {
         // proxy's listener in it), else the spare when the job wants a new one (see
         // SpareNet). The spawner is in it only around the clone3.
         let mut egress = None;
-        let target_net = if plan.egress {
+        let egress_plan = plan.network == NetworkPlan::Egress;
+        let target_net = if egress_plan {
             let (ns, listener) = self.net.egress().map_err(|e| os("egress-netns", e))?;
             egress = Some(listener);
             Some(ns)
         } else if flags & libc::CLONE_NEWNET != 0 && !weak.drops(Layer::NetNsOwner) {
-            self.net.spare.take()
+            self.net.take(plan.network)
         } else {
             None
         };
@@ -867,7 +887,7 @@ impl Spawner {
                     in_spare = true;
                 }
                 // Its only way out would be missing: never run it elsewhere.
-                Err(e) if plan.egress => return Err(os("egress-setns", e.into())),
+                Err(e) if egress_plan => return Err(os("egress-setns", e.into())),
                 Err(_) => {}
             }
         }

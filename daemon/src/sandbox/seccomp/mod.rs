@@ -334,6 +334,21 @@ pub const ZYGOTE_EXTRAS: &[&str] = &[
     "seccomp",
 ];
 
+/// ioctl requests a forked job's init makes (it brings up `lo` in the job's own network
+/// namespace, `NetworkPlan::Loopback`) that a policy's conditional ioctl deny rule
+/// refuses: the zygote's copy of that rule lets them through, and each job's "refused"
+/// filter refuses them again (EPERM, the policy's verdict).
+pub const ZYGOTE_IOCTLS: &[(u64, &str)] = &[
+    (
+        libc::SIOCGIFFLAGS,
+        "SIOCGIFFLAGS: a forked job's init reads lo's flags",
+    ),
+    (
+        libc::SIOCSIFFLAGS,
+        "SIOCSIFFLAGS: a forked job's init brings lo up",
+    ),
+];
+
 /// A policy split for a zygote (see `crate::sandbox::zygote`): `zygote` is the policy
 /// with [`ZYGOTE_EXTRAS`] allowed, installed once in the zygote (its jobs inherit it,
 /// compiled and JIT-ed once); `job` is what each job adds: two small filters that give
@@ -412,6 +427,32 @@ pub(crate) fn compile_zygote_for_arch(
             .allowlist
             .filter
             .push(rule(name, "a zygote's own"));
+    }
+    // ioctl stays conditional: the zygote's deny rule also spares ZYGOTE_IOCTLS (a rule
+    // matches when all its conditions hold), each job's refuses them again (one rule
+    // per request: rules of a filter match when any does). A policy that allows ioctl
+    // outright needs neither; one that does not allow it refuses it to the job's init,
+    // which then fails closed.
+    let ioctl_rule =
+        (zygote_policy.deny.filter.iter_mut()).find(|r| r.syscall == "ioctl" && r.args.is_some());
+    if let Some(rule) = ioctl_rule {
+        for &(request, comment) in ZYGOTE_IOCTLS {
+            let cond = |op| ArgSpec {
+                index: 1,
+                width: ArgWidth::Dword,
+                op,
+                val: request,
+                comment: Some(comment.to_owned()),
+            };
+            if let Some(args) = rule.args.as_mut() {
+                args.push(cond(CmpOp::Ne));
+            }
+            refused.push(RuleSpec {
+                syscall: "ioctl".into(),
+                comment: comment.to_owned(),
+                args: Some(vec![cond(CmpOp::Eq)]),
+            });
+        }
     }
     for f in [
         &mut zygote_policy.deny,

@@ -652,15 +652,25 @@ fn a_zygote_job_gets_exactly_the_policy_verdicts() {
         .chain(CLONE_NS_FLAGS.iter().map(|f| *f as u64))
         .chain([libc::PR_SET_SECCOMP as u64, libc::PR_CAPBSET_DROP as u64])
         .map(arg0)
-        .chain([libc::TCGETS, libc::TIOCSTI, libc::FIONREAD].map(ioctl_args))
+        .chain(
+            [
+                libc::TCGETS,
+                libc::TIOCSTI,
+                libc::FIONREAD,
+                libc::SIOCGIFFLAGS,
+                libc::SIOCSIFFLAGS,
+            ]
+            .map(ioctl_args),
+        )
         .chain(page_cache_samples())
         .collect();
     for allow_inet in [false, true] {
         let policy = program(allow_inet);
         let split = compile_zygote(&policy_json(), allow_inet).expect("zygote split");
         assert_eq!(split.job.filter_count(), 2);
+        // (Two small filters: the extras' verdicts, and the zygote's two ioctls.)
         assert!(
-            split.job.instruction_count() < 64,
+            split.job.instruction_count() < 96,
             "{}",
             split.job.instruction_count()
         );
@@ -695,6 +705,18 @@ fn a_zygote_job_gets_exactly_the_policy_verdicts() {
             let data = seccomp_data(AUDIT_ARCH_X86_64, nr, [0; 6]);
             assert_eq!(kernel_result(&zygote, &data), Verdict::Allow, "{name}");
             assert_ne!(kernel_result(&job, &data), Verdict::Allow, "{name}");
+        }
+        // The ioctls a forked job's init brings `lo` up with: the zygote's, not the job's.
+        for (request, _) in ZYGOTE_IOCTLS {
+            let data = seccomp_data(AUDIT_ARCH_X86_64, libc::SYS_ioctl, ioctl_args(*request));
+            assert_eq!(
+                kernel_result(&zygote, &data),
+                Verdict::Allow,
+                "{request:#x}"
+            );
+            let policy_verdict = kernel_result(&expected, &data);
+            assert_eq!(policy_verdict, Verdict::Errno(libc::EPERM as u32));
+            assert_eq!(kernel_result(&job, &data), policy_verdict, "{request:#x}");
         }
         let clone_newns = arg0(libc::CLONE_NEWNS as u64);
         let data = seccomp_data(AUDIT_ARCH_X86_64, libc::SYS_clone, clone_newns);
