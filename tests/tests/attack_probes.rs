@@ -453,6 +453,13 @@ impl Canaries {
         let boot_id =
             std::fs::read_to_string("/proc/sys/kernel/random/boot_id").expect("host boot id");
         let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname").expect("hostname");
+        let cmdline = std::fs::read("/proc/cmdline").expect("host kernel command line");
+        let uptime: f64 = std::fs::read_to_string("/proc/uptime")
+            .expect("host uptime")
+            .split_whitespace()
+            .next()
+            .and_then(|s| s.parse().ok())
+            .expect("uptime seconds");
         json!({
             "secret_sha256": sha256_hex(self.secret.as_bytes()),
             "secret_file": self.dir.path().join("secret.txt"),
@@ -469,6 +476,8 @@ impl Canaries {
             "cgroup_subtree": daemon.cgroup_subtree(),
             "host_hostname": hostname.trim(),
             "host_boot_id_sha256": sha256_hex(boot_id.trim().as_bytes()),
+            "host_cmdline_sha256": sha256_hex(&cmdline),
+            "host_uptime_s": uptime,
         })
     }
 
