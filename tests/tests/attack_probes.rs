@@ -5,8 +5,9 @@
 //! - `tests/attack/probes/<class>/<name>.py` attempts one technique. The job's code is
 //!   `probes/_lib.py` followed by the probe; its only argument is a JSON object (`ARGS`)
 //!   with the canaries this test planted. It prints one line
-//!   `{"probe", "verdict": "BLOCKED" | "ESCAPED" | "INCONCLUSIVE", "evidence"}` decided from
-//!   positive evidence. INCONCLUSIVE, no line, or a non-zero exit fails the test.
+//!   `{"probe", "verdict": "BLOCKED" | "ESCAPED" | "INCONCLUSIVE", "evidence", "zygote"}`
+//!   decided from positive evidence (`zygote`: whether its sandbox was forked from a
+//!   zygote, which must hold exactly in the `zygote` column). INCONCLUSIVE, no line, or a non-zero exit fails the test.
 //! - `tests/attack/manifest.json` says, per probe, which layer blocks it, how its detector
 //!   is proven, or why it cannot be, and whether it is a known finding (ESCAPED in the real
 //!   profiles today, described there). A proof is either a weakened test-only profile
@@ -573,6 +574,17 @@ async fn run_probe(
     let evidence = line["evidence"].as_str().unwrap_or_default().to_owned();
     if line["probe"] != name {
         return Err(format!("the verdict names another probe: {line}"));
+    }
+    // The zygote column is about forked sandboxes: each of its jobs shows it was one
+    // (its interpreter runs the zygote's program, and the outcome counts the zygote's
+    // filter and the job's two); no other run's job is.
+    let forked = line["zygote"].as_bool();
+    let filters = done.outcome.isolation.seccomp_filters;
+    let want_forked = profile == "zygote" && weakened.is_none();
+    if forked != Some(want_forked) || (want_forked && filters != 3) {
+        return Err(format!(
+            "forked from a zygote: {forked:?} with {filters} seccomp filters, expected {want_forked}"
+        ));
     }
     if !matches!(verdict.as_str(), "BLOCKED" | "ESCAPED") || evidence.is_empty() {
         return Err(format!(

@@ -3,7 +3,8 @@
 #
 # Contract: a probe attempts ONE technique and ends with exactly one call of `blocked`,
 # `escaped` or `unclear`, which print one JSON line and exit 0:
-#   {"probe": NAME, "verdict": "BLOCKED" | "ESCAPED" | "INCONCLUSIVE", "evidence": "..."}
+#   {"probe": NAME, "verdict": "BLOCKED" | "ESCAPED" | "INCONCLUSIVE", "evidence": "...",
+#    "zygote": whether the sandbox was forked from a zygote}
 # BLOCKED and ESCAPED each need positive evidence (an errno seen, a canary unchanged, a
 # secret absent from what was read). Anything else is INCONCLUSIVE, which the runner
 # counts as a failure, like a probe that crashes or prints nothing.
@@ -20,8 +21,15 @@ def ename(e):
     return errno.errorcode.get(e, str(e))
 
 
+# Whether this job's sandbox was forked from a zygote (its interpreter was started with
+# the zygote's `-c` program): the runner checks it against the profile, so a zygote run
+# that silently fell back to cold starts fails.
+FORKED = any(a.startswith("_vivarium_zygote") for a in sys.orig_argv)
+
+
 def _emit(verdict, evidence):
-    print(json.dumps({"probe": PROBE, "verdict": verdict, "evidence": str(evidence)}), flush=True)
+    print(json.dumps({"probe": PROBE, "verdict": verdict, "evidence": str(evidence),
+                      "zygote": FORKED}), flush=True)
     os._exit(0)
 
 
