@@ -10,7 +10,7 @@ use vivarium_proto::{
     SubmitWith, MAX_PAYLOAD_CHUNK,
 };
 
-use crate::client::{recv_event, send, send_frame, unexpected, Client, ConnState};
+use crate::conn::{recv_event, send, send_frame, unexpected, Conn, ConnState};
 use crate::{ClientError, Result};
 
 /// Scripts up to this size go inline in the `Submit` frame; larger ones follow in
@@ -170,9 +170,9 @@ enum Phase {
 /// refusal); the job's stdin, if any, is streamed meanwhile.
 ///
 /// Dropping the handle before the job has ended closes the connection, which makes the
-/// daemon kill the job; the [`Client`] is then unusable.
+/// daemon kill the job; the [`crate::Client`] is then unusable.
 pub struct JobHandle<'c> {
-    client: &'c mut Client,
+    conn: &'c mut Conn,
     stdin: Option<StdinPump<'c>>,
     job_id: Option<u64>,
     phase: Phase,
@@ -186,12 +186,12 @@ pub struct JobHandle<'c> {
 }
 
 impl<'c> JobHandle<'c> {
-    pub(crate) fn new<R>(client: &'c mut Client, stdin: Option<R>) -> JobHandle<'c>
+    pub(crate) fn new<R>(conn: &'c mut Conn, stdin: Option<R>) -> JobHandle<'c>
     where
         R: AsyncRead + Unpin + Send + 'c,
     {
         JobHandle {
-            client,
+            conn,
             stdin: stdin.map(|r| StdinPump::new(Box::new(r))),
             job_id: None,
             phase: Phase::Running,
@@ -247,14 +247,14 @@ impl<'c> JobHandle<'c> {
     /// instance with a [`Canceller`] in another task), or a job blocked on its output can
     /// hold it up.
     pub async fn cancel(&self) -> Result<bool> {
-        cancel(&self.active, &self.cancelling, &self.client.sock).await
+        cancel(&self.active, &self.cancelling, &self.conn.sock).await
     }
 
     /// A cloneable, `'static` way to cancel this job from another task. It does not keep the
     /// connection open, and does nothing once this job has ended.
     pub fn canceller(&self) -> Canceller {
         Canceller {
-            sock: Arc::downgrade(&self.client.sock),
+            sock: Arc::downgrade(&self.conn.sock),
             active: Arc::clone(&self.active),
             cancelling: Arc::clone(&self.cancelling),
         }
@@ -262,11 +262,11 @@ impl<'c> JobHandle<'c> {
 
     async fn next_event_inner(&mut self) -> Result<JobEvent> {
         // The hello's answer, if this connection's first request was this job.
-        self.client.await_hello().await?;
-        let client = &mut *self.client;
+        self.conn.await_hello().await?;
+        let conn = &mut *self.conn;
         // Protocol 3+: stdin goes against the daemon's credit.
         if let Some(pump) = self.stdin.as_mut().filter(|p| p.credit.is_none()) {
-            if client.hello.as_ref().is_some_and(|ack| ack.version >= 3) {
+            if conn.hello.as_ref().is_some_and(|ack| ack.version >= 3) {
                 pump.credit = Some(0);
             }
         }
@@ -274,10 +274,10 @@ impl<'c> JobHandle<'c> {
             let pumping = !self.cancelling.load(Ordering::SeqCst);
             let event = match self.stdin.as_mut().filter(|p| pumping && p.ready()) {
                 Some(pump) => tokio::select! {
-                    event = recv_event(&client.sock, &mut client.buf) => event?,
-                    step = pump.step(&client.sock) => { step?; continue; }
+                    event = recv_event(&conn.sock, &mut conn.buf) => event?,
+                    step = pump.step(&conn.sock) => { step?; continue; }
                 },
-                None => recv_event(&client.sock, &mut client.buf).await?,
+                None => recv_event(&conn.sock, &mut conn.buf).await?,
             };
             match event {
                 Event::StdinCredit(n) => {
@@ -320,11 +320,11 @@ impl<'c> JobHandle<'c> {
         self.stdin = None;
         match phase {
             // (A refused hello has broken the connection: it stays so.)
-            Phase::Ended if !matches!(self.client.state, ConnState::Broken) => {
-                self.client.state = ConnState::Ready
+            Phase::Ended if !matches!(self.conn.state, ConnState::Broken) => {
+                self.conn.state = ConnState::Ready
             }
             Phase::Ended => {}
-            Phase::Failed => self.client.break_conn(),
+            Phase::Failed => self.conn.break_conn(),
             Phase::Running => {}
         }
     }

@@ -23,6 +23,7 @@
 #![forbid(unsafe_code)]
 
 mod client;
+mod conn;
 mod job;
 mod outcome;
 mod socket_path;

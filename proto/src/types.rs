@@ -104,6 +104,24 @@ pub enum Event {
     StdinCredit(u64),
 }
 
+impl Event {
+    /// The variant's name, for messages about an event that came where it makes no sense.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Event::HelloAck(_) => "HelloAck",
+            Event::Queued { .. } => "Queued",
+            Event::Started { .. } => "Started",
+            Event::Stdout(_) => "Stdout",
+            Event::Stderr(_) => "Stderr",
+            Event::Finished(_) => "Finished",
+            Event::Error(_) => "Error",
+            Event::Profiles(_) => "Profiles",
+            Event::Packages(_) => "Packages",
+            Event::StdinCredit(_) => "StdinCredit",
+        }
+    }
+}
+
 /// The environment a job's packages were installed into.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PackagesReport {
