@@ -50,6 +50,9 @@ def main():
                     help="then throughput rounds of SECONDS per cell: bare and each build's zygote")
     ap.add_argument("--rounds", type=int, default=3, help="throughput rounds")
     ap.add_argument("--clients", type=int, default=2, help="concurrent clients in throughput")
+    ap.add_argument("--offline", action="append", default=[], metavar="NAME",
+                    help="that build's profiles get network = \"none\" (no loopback; builds "
+                         "that know network modes), to compare the modes on one binary")
     args = ap.parse_args()
     launchers = [("bare", lambda: timed([PY, *FLAGS, "-c", "pass"]))]
     if args.bwrap:
@@ -63,6 +66,11 @@ def main():
             os.chmod(tmp, 0o755)
             tmps.append(tmp)
             prof, text = bench_profiles(tmp)
+            if name in args.offline:
+                text = text.replace("[network]\n", "[network]\nmode = \"none\"\n", 1)
+                assert 'mode = "none"' in text
+                with open(os.path.join(prof, "bench.toml"), "w") as f:
+                    f.write(text)
             warm_profiles(prof, text, 4)
             d, sock = start_daemon(os.path.join(target, "vivariumd"), tmp, prof,
                                    f"vivarium-ab-{name}-{os.getpid()}", "max_concurrent_jobs = 16\n")
