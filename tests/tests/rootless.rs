@@ -182,6 +182,50 @@ print(json.dumps({
     assert_eq!(ev["write_work"], "ok", "{ev}");
 }
 
+/// A rootless job's network namespace is one of its own (`CLONE_NEWNET`: no spare can be
+/// made without root), and its init brings `lo` up before the payload drops every
+/// capability: the private loopback works, the host's listener is not reached, no route
+/// leads out, and the job cannot take `lo` down again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rootless_job_has_its_private_loopback() {
+    if !require_root() {
+        return;
+    }
+    let host = std::net::TcpListener::bind("127.0.0.1:0").expect("host listener");
+    host.set_nonblocking(true).unwrap();
+    let port = host.local_addr().unwrap().port();
+    let daemon = UserDaemon::start();
+    let code = format!(
+        r#"
+import errno, fcntl, json, socket, struct
+def err(f):
+    try:
+        return f()
+    except OSError as e:
+        return errno.errorcode[e.errno]
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen()
+c = socket.create_connection(s.getsockname(), timeout=5); a, _ = s.accept()
+c.sendall(b"lo"); echoed = a.recv(2).decode()
+def route():
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.connect(("192.0.2.1", 9))
+    return "route via " + u.getsockname()[0]
+def down():
+    fcntl.ioctl(c, 0x8914, struct.pack("16sH", b"lo", 0)); return "done"
+print(json.dumps({{"echoed": echoed, "host": err(lambda: socket.create_connection(("127.0.0.1", {port}), timeout=5) and "connected"), "route": err(route), "down": err(down)}}))
+"#
+    );
+    let done = daemon.run(in_rootless(&code)).await.expect("run");
+    assert_eq!(done.outcome.reason, Reason::Ok, "{}", describe(&done));
+    assert_eq!(
+        evidence(&done),
+        serde_json::json!({"echoed": "lo", "host": "ECONNREFUSED", "route": "ENETUNREACH", "down": "EPERM"})
+    );
+    match host.accept() {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        other => panic!("a rootless job reached the host's listener: {other:?}"),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn rlimits_stand_in_for_cgroup_limits() {
     if !require_root() {
