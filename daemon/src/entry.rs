@@ -167,7 +167,7 @@ fn run(cli: Cli, source: ConfigSource, weakening: Weakening) -> anyhow::Result<(
         if let Some(path) = bound {
             let _ = std::fs::remove_file(&path);
         }
-        if let Err(e) = crate::cgroup::Cgroups::detect(&daemon.config.cgroup_subtree)
+        if let Err(e) = vivarium_sandbox::cgroup::Cgroups::detect(&daemon.config.cgroup_subtree)
             .and_then(|c| c.remove_subtree())
         {
             tracing::warn!(error = %crate::error_chain(&e), "cgroup subtree not removed");

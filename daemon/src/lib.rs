@@ -5,7 +5,6 @@
 //! [`sandbox`]. See `docs/ARCHITECTURE.md`.
 #![deny(unsafe_code)]
 
-pub mod cgroup;
 pub mod config;
 pub mod egress;
 pub mod entry;
@@ -14,7 +13,6 @@ pub mod profile;
 pub mod sandbox;
 pub mod server;
 pub mod spawner;
-pub mod sys;
 
 /// Render an error with its whole `source()` chain, for the edge of the program.
 pub fn error_chain(e: &dyn std::error::Error) -> String {

@@ -632,7 +632,7 @@ pub fn install_plan(
     uv: &Path,
     section: &PackagesSection,
     reqs: &[Req],
-    cgroups: Option<&[crate::cgroup::ViewMount]>,
+    cgroups: Option<&[vivarium_sandbox::cgroup::ViewMount]>,
 ) -> Result<JobPlan, String> {
     let p = &profile.profile;
     let limits = JobLimits {

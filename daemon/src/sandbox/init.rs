@@ -30,7 +30,6 @@ use super::plan::{JobPlan, SANDBOX_GID, SANDBOX_UID, SCRIPT_PATH};
 use super::report::{encode, Failure, InitMsg, PayloadMsg, WaitStatus};
 use super::weaken::{self, Layer, Weakening};
 use super::{caps, landlock, mount, rlimit, SetupError};
-use crate::sys;
 use nix::sys::socket::MsgFlags;
 use nix::sys::wait::{waitpid, WaitStatus as NixWait};
 use nix::unistd::{Gid, Pid, Uid};
@@ -39,6 +38,7 @@ use std::ffi::CString;
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::PathBuf;
+use vivarium_sandbox::sys;
 
 /// Everything prepared before the clone, so the child only executes.
 pub struct Prepared {

@@ -5,12 +5,12 @@
 
 use super::plan::MountStep;
 use super::SetupError;
-use crate::cgroup::ViewMount;
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use nix::sys::stat::Mode;
 use nix::sys::statvfs::{statvfs, FsFlags};
 use nix::unistd::{chdir, chown, pivot_root, Gid, Uid};
 use std::path::{Path, PathBuf};
+use vivarium_sandbox::cgroup::ViewMount;
 
 const NONE: Option<&str> = None;
 

@@ -1,10 +1,10 @@
 //! The setup plan: everything a job's sandbox needs, computed from profile + job before
 //! the clone, as plain data. The child only executes it.
 
-use crate::cgroup::ViewMount;
 use crate::profile::{JobLimits, NetworkMode, Profile};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
+use vivarium_sandbox::cgroup::ViewMount;
 
 /// Inside the sandbox, the payload runs as this uid and gid.
 pub const SANDBOX_UID: u32 = 1000;

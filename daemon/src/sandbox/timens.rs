@@ -75,21 +75,21 @@ mod tests {
         let host_up: f64 = host.split_whitespace().next().unwrap().parse().unwrap();
         let (r, w) = nix::unistd::pipe().unwrap();
         // (The child and grandchild only make syscalls and exit.)
-        match crate::sys::fork().unwrap() {
+        match vivarium_sandbox::sys::fork().unwrap() {
             None => {
                 let ok = unshare_near_zero().is_ok();
-                match crate::sys::fork() {
+                match vivarium_sandbox::sys::fork() {
                     Ok(None) => {
                         let up = std::fs::read_to_string("/proc/uptime").unwrap_or_default();
                         let line = format!("{ok} {up}");
                         let _ = nix::unistd::write(&w, line.as_bytes());
-                        crate::sys::exit_now(0);
+                        vivarium_sandbox::sys::exit_now(0);
                     }
                     Ok(Some(child)) => {
                         let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(child), None);
-                        crate::sys::exit_now(0);
+                        vivarium_sandbox::sys::exit_now(0);
                     }
-                    Err(_) => crate::sys::exit_now(1),
+                    Err(_) => vivarium_sandbox::sys::exit_now(1),
                 }
             }
             Some(child) => {

@@ -20,12 +20,12 @@
 use super::mount::{at, bind_ro, mkdir_p};
 use super::plan::{MountStep, SANDBOX_GID, SANDBOX_UID};
 use super::SetupError;
-use crate::cgroup::ViewMount;
 use nix::mount::{mount, MsFlags};
 use nix::unistd::{Gid, Uid};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
+use vivarium_sandbox::cgroup::ViewMount;
 
 /// The variable without which a weakened spawner refuses to start.
 pub const TEST_ENV: &str = "VIVARIUM_TEST_WEAKENED";
@@ -339,7 +339,7 @@ pub(crate) fn init_after_fork(w: &Weakening) -> Result<(), SetupError> {
         nix::sys::prctl::set_dumpable(true)
             .map_err(|e| SetupError::errno("weak-init-dumpable", e))?;
         // (The credential change cleared the parent-death signal.)
-        crate::sys::set_parent_death_signal(libc::SIGKILL)
+        vivarium_sandbox::sys::set_parent_death_signal(libc::SIGKILL)
             .map_err(|e| SetupError::io("weak-init-pdeathsig", "/".as_ref(), &e))?;
     }
     if w.drops(Layer::PidNs) {

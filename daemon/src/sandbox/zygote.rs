@@ -35,13 +35,13 @@ use super::init::{drop_privileges, supervise, Prepared};
 use super::plan::{JobPlan, MountStep, SANDBOX_GID, SANDBOX_UID, WARM_BOOTSTRAP, ZYGOTE_JOB_IDS};
 use super::report::{encode, Failure, InitMsg, PayloadMsg};
 use super::{landlock, mount, rlimit, SetupError};
-use crate::sys;
 use nix::sched::CloneFlags;
 use nix::sys::socket::MsgFlags;
 use nix::unistd::Pid;
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, IntoRawFd, OwnedFd};
 use std::sync::Mutex;
+use vivarium_sandbox::sys;
 
 /// The zygote's control socket (SOCK_SEQPACKET to the spawner) inside its interpreter.
 pub const CTL_FD: i32 = 3;

@@ -40,7 +40,7 @@ pub fn take_listen_fd() -> Result<Option<OwnedFd>, ActivationError> {
     }
     match fds.as_slice() {
         [] => Ok(None),
-        [fd] => crate::sys::adopt_inherited_fd(*fd)
+        [fd] => vivarium_sandbox::sys::adopt_inherited_fd(*fd)
             .map(Some)
             .map_err(|source| ActivationError::Fd { fd: *fd, source }),
         _ => Err(ActivationError::Count { count: fds.len() }),

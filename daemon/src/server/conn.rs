@@ -67,7 +67,7 @@ pub async fn send_error(sock: &UnixSeqpacket, code: ErrorCode, message: impl Int
 
 pub fn identify(sock: &UnixSeqpacket) -> std::io::Result<Peer> {
     let cred = sock.peer_cred()?;
-    let groups = crate::sys::peer_groups(std::os::fd::AsFd::as_fd(sock))?;
+    let groups = vivarium_sandbox::sys::peer_groups(std::os::fd::AsFd::as_fd(sock))?;
     Ok(Peer {
         uid: cred.uid(),
         gid: cred.gid(),

@@ -43,8 +43,8 @@ pub fn start() -> Result<Unattached, SpawnerError> {
     )
     .map_err(|e| SpawnerError::Start(e.into()))?;
     let exe = std::fs::read_link("/proc/self/exe").map_err(SpawnerError::Start)?;
-    let child =
-        crate::sys::spawn_with_fd3(&exe, &[SPAWNER_ARG], theirs).map_err(SpawnerError::Start)?;
+    let child = vivarium_sandbox::sys::spawn_with_fd3(&exe, &[SPAWNER_ARG], theirs)
+        .map_err(SpawnerError::Start)?;
     Ok(Unattached { link: ours, child })
 }
 
@@ -67,7 +67,7 @@ pub struct HostFacts {
     pub cgroup_problem: Option<String>,
     pub landlock_abi: u32,
     /// What each job is shown of its own cgroup (empty without cgroups).
-    pub cgroup_view: Vec<crate::cgroup::ViewMount>,
+    pub cgroup_view: Vec<vivarium_sandbox::cgroup::ViewMount>,
     /// The daemon runs as an ordinary user.
     pub rootless: bool,
     /// Test-only weakening the spawner applies to every job (empty in production);
@@ -78,7 +78,7 @@ pub struct HostFacts {
 impl HostFacts {
     /// What `plan::build` needs of the host's cgroups: `None` without any (the rlimit
     /// fallback stands in), else the view each job is shown of its own.
-    pub fn job_cgroups(&self) -> Option<&[crate::cgroup::ViewMount]> {
+    pub fn job_cgroups(&self) -> Option<&[vivarium_sandbox::cgroup::ViewMount]> {
         self.cgroup.is_some().then_some(&self.cgroup_view[..])
     }
 }

@@ -71,7 +71,7 @@ pub enum FromSpawner {
         landlock_abi: u32,
         /// What each job is shown of its own cgroup (`JobPlan::cgroup_view`); empty
         /// without cgroups.
-        cgroup_view: Vec<crate::cgroup::ViewMount>,
+        cgroup_view: Vec<vivarium_sandbox::cgroup::ViewMount>,
     },
     InitFailed(String),
     /// The payload exec'd the interpreter.

@@ -9,12 +9,11 @@ pub mod link;
 mod template;
 mod zygote;
 
-use crate::cgroup::{Cgroups, JobCgroup, Limits, Version};
+use crate::error_chain;
 use crate::sandbox::init::{self, InitArgs, InitFds, Prepared};
 use crate::sandbox::plan::{JobPlan, NetworkPlan, SANDBOX_GID, SANDBOX_UID};
 use crate::sandbox::report::{decode_all, Failure, InitMsg};
 use crate::sandbox::weaken::{self, Layer};
-use crate::{error_chain, sys};
 use link::{FromSpawner, JobReport, KillCause, SpawnerConfig, ToSpawner, LINK_FD, MAX_LINK_FRAME};
 use nix::fcntl::OFlag;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
@@ -25,6 +24,8 @@ use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use vivarium_proto::CgroupVersion;
+use vivarium_sandbox::cgroup::{Cgroups, JobCgroup, Limits, Version};
+use vivarium_sandbox::sys;
 
 /// The wall-clock bound of a warm sandbox still waiting for its job (the server's
 /// idle shrink normally ends it much sooner).

@@ -25,7 +25,6 @@
 
 use crate::sandbox::mount;
 use crate::sandbox::plan::{JobPlan, MountStep};
-use crate::sys;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sched::CloneFlags;
 use nix::sys::socket::MsgFlags;
@@ -33,6 +32,7 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+use vivarium_sandbox::sys;
 
 /// Templates kept at once (one per profile in use, and per package environment).
 const MAX_TEMPLATES: usize = 8;

@@ -4,7 +4,6 @@
 //! fork a job's sandbox, ended after `idle_secs` without a job.
 
 use super::{Job, Spawner};
-use crate::cgroup::JobCgroup;
 use crate::sandbox::plan::JobPlan;
 use crate::sandbox::report::Failure;
 use crate::sandbox::zygote as zy;
@@ -17,6 +16,7 @@ use std::io::{ErrorKind, IoSlice};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
+use vivarium_sandbox::cgroup::JobCgroup;
 
 /// At most this many zygotes at once (each holds an interpreter and its preloads).
 const MAX_ZYGOTES: usize = 4;
@@ -336,7 +336,7 @@ impl Spawner {
         plan.zygote_slot = Some(slot);
         let cgroups = self.cgroups.as_ref().expect("checked by route");
         let name = format!("job-{}", plan.job_id);
-        let limits = crate::cgroup::Limits {
+        let limits = vivarium_sandbox::cgroup::Limits {
             memory_bytes: plan.cgroup.memory_bytes,
             pids: plan.cgroup.pids,
             cpu_quota_us: plan.cgroup.cpu_quota_us,
@@ -444,13 +444,14 @@ impl Spawner {
     fn take_answer(&mut self, i: usize) -> Result<(), ()> {
         let mut buf = [0u8; 256];
         let ctl = self.zygotes.list[i].ctl.as_fd();
-        let (len, fds) = match crate::sys::recv_with_fds(ctl, &mut buf, MsgFlags::MSG_DONTWAIT) {
-            Ok(reply) => reply,
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {
-                return Ok(())
-            }
-            Err(_) => return Err(()),
-        };
+        let (len, fds) =
+            match vivarium_sandbox::sys::recv_with_fds(ctl, &mut buf, MsgFlags::MSG_DONTWAIT) {
+                Ok(reply) => reply,
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {
+                    return Ok(())
+                }
+                Err(_) => return Err(()),
+            };
         let pidfd = fds.into_iter().next();
         if len == 0 {
             return Err(());

@@ -1,6 +1,6 @@
 //! The raw syscalls that no crate wraps (clone3, pidfd_send_signal, close_range,
-//! SO_PEERGROUPS, a few prctls). Every other module is `deny(unsafe_code)`.
-#![allow(unsafe_code)]
+//! SO_PEERGROUPS, a few prctls). Every other module is `deny(unsafe_code)` (the crate root
+//! allows it for this one).
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};

@@ -151,13 +151,12 @@ impl V1 {
 /// Hierarchical accounting makes the subtree's usage the sum of its jobs. Kernels since 5.16
 /// always have it (writing 0 fails with EINVAL); older ones can only switch it on while the
 /// cgroup has no children, which is why this runs before `spawner` is created. Not needed for
-/// the jobs' own limits, so a refusal is logged, not fatal.
+/// the jobs' own limits, so a refusal is ignored, not fatal (memory.use_hierarchy stays 0;
+/// the spawner, which runs this, has no log subscriber of its own).
 fn enable_memory_hierarchy(base: &Path) {
     let file = base.join("memory.use_hierarchy");
     if read_u64(&file).is_ok_and(|v| v == 0) {
-        if let Err(e) = files::write_value(&file, "1") {
-            tracing::debug!(error = %e, "memory.use_hierarchy stays 0");
-        }
+        let _ = files::write_value(&file, "1");
     }
 }
 
@@ -192,12 +191,10 @@ impl Job {
             files::write_value(&memsw, &memory)?;
         }
         // Reclaim page cache instead of swapping anonymous memory. Covered by memsw where it
-        // exists, so not worth failing a job over.
+        // exists, so not worth failing a job over (nor a log line: the spawner has none).
         let swappiness = self.memory.join("memory.swappiness");
         if swappiness.exists() {
-            if let Err(e) = files::write_value(&swappiness, "0") {
-                tracing::debug!(error = %e, "memory.swappiness not set");
-            }
+            let _ = files::write_value(&swappiness, "0");
         }
         files::write_value(&self.pids.join("pids.max"), &limits.pids.to_string())?;
         if let (Some(dir), Some(quota)) = (cpu, limits.cpu_quota_us) {
