@@ -9,6 +9,7 @@ pub mod config;
 pub mod egress;
 pub mod entry;
 pub mod packages;
+pub mod policy;
 pub mod profile;
 pub mod sandbox;
 pub mod server;

@@ -673,7 +673,7 @@ pub fn install_plan(
     plan.env
         .retain(|(k, _)| !k.to_ascii_lowercase().ends_with("_proxy"));
     if p.file.network.inet() && section.index_url.is_none() {
-        plan.seccomp = crate::sandbox::seccomp::load(&p.seccomp_path, false)
+        plan.seccomp = crate::policy::seccomp::load(&p.seccomp_path, false)
             .map_err(|e| format!("seccomp policy: {}", crate::error_chain(&e)))?
             .to_wire();
     }
@@ -731,7 +731,7 @@ pub fn install_plan(
         // The profile's seccomp policy with its `deny_socket_inet` filter in place of
         // `deny_socket_local`: IPv4/IPv6 sockets (to the proxy on the namespace's own
         // loopback) are allowed, netlink, packet and vsock sockets stay refused.
-        plan.seccomp = crate::sandbox::seccomp::load(&p.seccomp_path, true)
+        plan.seccomp = crate::policy::seccomp::load(&p.seccomp_path, true)
             .map_err(|e| format!("seccomp policy: {}", crate::error_chain(&e)))?
             .to_wire();
         plan.landlock.tcp_connect = vec![EGRESS_PORT];
@@ -1075,7 +1075,7 @@ mod tests {
         assert!(plan.landlock.tcp_connect.is_empty() && !plan.landlock.tcp_any);
         // The default profile's own filters allow IPv4/IPv6 sockets (for its private
         // loopback): the install gets its policy without them.
-        let no_inet = crate::sandbox::seccomp::load(&a.profile.seccomp_path, false)
+        let no_inet = crate::policy::seccomp::load(&a.profile.seccomp_path, false)
             .unwrap()
             .to_wire();
         assert_eq!(plan.seccomp, no_inet, "the profile's no-network filters");

@@ -8,7 +8,6 @@ pub mod mount;
 pub mod plan;
 pub mod report;
 pub mod rlimit;
-pub mod seccomp;
 pub mod timens;
 pub mod weaken;
 pub mod zygote;

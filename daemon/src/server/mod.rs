@@ -13,9 +13,9 @@ pub mod spawner_client;
 pub mod warm;
 
 use crate::config::Config;
+use crate::policy::seccomp;
 use crate::profile::Profile;
 use crate::sandbox::landlock::missing_features;
-use crate::sandbox::seccomp;
 use spawner_client::{HostFacts, SpawnerClient};
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -1,0 +1,5 @@
+//! The policy side of a job's sandbox: what a profile asks for, turned into the data that
+//! `vivarium_sandbox` executes. Seccomp compilation ([`seccomp`]) lives here; installing
+//! the compiled filters is the sandbox crate's.
+
+pub mod seccomp;
