@@ -6,5 +6,6 @@
 #![deny(unsafe_code)]
 
 pub mod cgroup;
+pub mod plan;
 #[allow(unsafe_code)]
 pub mod sys;

@@ -26,8 +26,8 @@ use super::cache::{sha256_hex, Cache, Entry, InUse, Meta};
 use super::spec::Req;
 use super::tree::{TreeError, TreeLimits};
 use super::{PackageError, PackagesSection, ENV_PATH};
+use crate::policy::plan;
 use crate::profile::JobLimits;
-use crate::sandbox::plan::{self, JobPlan, MountStep, NetworkPlan, EGRESS_PORT};
 use crate::server::{ActiveProfile, Daemon};
 use crate::spawner::link::{FromSpawner, JobReport, KillCause};
 use std::collections::HashMap;
@@ -37,6 +37,7 @@ use std::sync::{Arc, Mutex};
 use tokio::io::AsyncReadExt;
 use tokio::sync::Notify;
 use vivarium_proto::ErrorCode;
+use vivarium_sandbox::plan::{JobPlan, MountStep, NetworkPlan, EGRESS_PORT};
 
 /// Where uv's directory and the wheelhouse are bound inside the install sandbox.
 const UV_DIR: &str = "/uv";

@@ -2,4 +2,5 @@
 //! `vivarium_sandbox` executes. Seccomp compilation ([`seccomp`]) lives here; installing
 //! the compiled filters is the sandbox crate's.
 
+pub mod plan;
 pub mod seccomp;

@@ -26,7 +26,6 @@
 //! A test-only [`Weakening`] (see `weaken.rs`) can leave steps out; production always
 //! passes an empty one.
 
-use super::plan::{JobPlan, SANDBOX_GID, SANDBOX_UID, SCRIPT_PATH};
 use super::report::{encode, Failure, InitMsg, PayloadMsg, WaitStatus};
 use super::weaken::{self, Layer, Weakening};
 use super::{caps, landlock, mount, rlimit, SetupError};
@@ -38,6 +37,7 @@ use std::ffi::CString;
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::PathBuf;
+use vivarium_sandbox::plan::{JobPlan, SANDBOX_GID, SANDBOX_UID, SCRIPT_PATH};
 use vivarium_sandbox::sys;
 
 /// Everything prepared before the clone, so the child only executes.
@@ -475,13 +475,15 @@ const MEMFD_NOEXEC: &str = "/proc/sys/vm/memfd_noexec";
 /// writer's). `keep_namespaces`: a zygote keeps its namespace limits (it makes each
 /// forked job's), and so does a test-only weakened job.
 pub(super) fn set_user_ns_limits(keep_namespaces: bool) -> Result<(), SetupError> {
-    let zero = super::plan::NO_NAMESPACES.iter().map(|n| (*n, 0));
+    let zero = vivarium_sandbox::plan::NO_NAMESPACES
+        .iter()
+        .map(|n| (*n, 0));
     let namespaces: Vec<(&str, u64)> = if keep_namespaces {
         Vec::new()
     } else {
         zero.collect()
     };
-    for (name, value) in super::plan::USER_NS_LIMITS
+    for (name, value) in vivarium_sandbox::plan::USER_NS_LIMITS
         .iter()
         .copied()
         .chain(namespaces)

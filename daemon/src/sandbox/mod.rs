@@ -5,7 +5,6 @@ pub mod caps;
 pub mod init;
 pub mod landlock;
 pub mod mount;
-pub mod plan;
 pub mod report;
 pub mod rlimit;
 pub mod timens;

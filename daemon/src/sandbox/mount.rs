@@ -3,7 +3,6 @@
 //! Runs in the job's init, inside its new user and mount namespaces. The host's mount
 //! tree is made private first so nothing we do propagates back.
 
-use super::plan::MountStep;
 use super::SetupError;
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use nix::sys::stat::Mode;
@@ -11,6 +10,7 @@ use nix::sys::statvfs::{statvfs, FsFlags};
 use nix::unistd::{chdir, chown, pivot_root, Gid, Uid};
 use std::path::{Path, PathBuf};
 use vivarium_sandbox::cgroup::ViewMount;
+use vivarium_sandbox::plan::MountStep;
 
 const NONE: Option<&str> = None;
 

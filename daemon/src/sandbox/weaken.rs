@@ -18,7 +18,6 @@
 //! [`SpawnerConfig`]: crate::spawner::link::SpawnerConfig
 
 use super::mount::{at, bind_ro, mkdir_p};
-use super::plan::{MountStep, SANDBOX_GID, SANDBOX_UID};
 use super::SetupError;
 use nix::mount::{mount, MsFlags};
 use nix::unistd::{Gid, Uid};
@@ -26,6 +25,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use vivarium_sandbox::cgroup::ViewMount;
+use vivarium_sandbox::plan::{MountStep, SANDBOX_GID, SANDBOX_UID};
 
 /// The variable without which a weakened spawner refuses to start.
 pub const TEST_ENV: &str = "VIVARIUM_TEST_WEAKENED";

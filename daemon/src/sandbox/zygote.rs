@@ -32,7 +32,6 @@
 //! so that the job's setup is the same code as a cold job's.
 
 use super::init::{drop_privileges, supervise, Prepared};
-use super::plan::{JobPlan, MountStep, SANDBOX_GID, SANDBOX_UID, WARM_BOOTSTRAP, ZYGOTE_JOB_IDS};
 use super::report::{encode, Failure, InitMsg, PayloadMsg};
 use super::{landlock, mount, rlimit, SetupError};
 use nix::sched::CloneFlags;
@@ -41,6 +40,9 @@ use nix::unistd::Pid;
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, IntoRawFd, OwnedFd};
 use std::sync::Mutex;
+use vivarium_sandbox::plan::{
+    JobPlan, MountStep, SANDBOX_GID, SANDBOX_UID, WARM_BOOTSTRAP, ZYGOTE_JOB_IDS,
+};
 use vivarium_sandbox::sys;
 
 /// The zygote's control socket (SOCK_SEQPACKET to the spawner) inside its interpreter.
@@ -51,7 +53,7 @@ pub const LIB_FD: i32 = 4;
 /// The zygote's `-c` program: the warm bootstrap's functions, then the zygote's loop.
 pub const ZYGOTE_BOOTSTRAP: &str = concat!(
     "_vivarium_zygote = True\n",
-    include_str!("warm_bootstrap.py"),
+    include_str!("../../../sandbox/src/warm_bootstrap.py"),
     include_str!("zygote_bootstrap.py")
 );
 

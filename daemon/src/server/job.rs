@@ -6,7 +6,6 @@ use super::lifecycle::Refusal;
 use super::outcome::{self, StreamFacts};
 use super::{ActiveProfile, Daemon};
 use crate::profile::{JobLimits, OutputPolicy};
-use crate::sandbox::plan;
 use crate::sandbox::weaken::Layer;
 use crate::spawner::link::{FromSpawner, JobReport, KillCause};
 use nix::fcntl::OFlag;
@@ -18,6 +17,7 @@ use tokio::sync::{mpsc, watch, Notify};
 use tokio_seqpacket::UnixSeqpacket;
 use tracing::Instrument;
 use vivarium_proto::{ErrorCode, Event, Isolation, Reason, MAX_PAYLOAD_CHUNK};
+use vivarium_sandbox::plan;
 
 pub struct JobRequest {
     pub profile: String,
@@ -262,7 +262,7 @@ async fn execute(
             )
         }
         None => {
-            let mut plan = plan::build(
+            let mut plan = crate::policy::plan::build(
                 job_id,
                 &active.profile,
                 &req.limits,

@@ -33,7 +33,7 @@ pub struct ActiveProfile {
     pub seccomp: Vec<Vec<(u16, u8, u8, u32)>>,
     pub seccomp_filters: u32,
     /// The policy split for the profile's zygote (`warm.zygote` only).
-    pub zygote_seccomp: Option<crate::sandbox::plan::ZygoteSeccompWire>,
+    pub zygote_seccomp: Option<vivarium_sandbox::plan::ZygoteSeccompWire>,
     /// Unique per activation: a reloaded profile is a new generation (and gets a new
     /// zygote).
     pub generation: u64,
@@ -114,7 +114,7 @@ pub fn activate(profile: Profile, facts: &HostFacts) -> ActiveProfile {
     }
     let zygote_seccomp = if profile.file.warm.zygote {
         match seccomp::load_zygote(&profile.seccomp_path, profile.file.network.inet()) {
-            Ok(z) => Some(crate::sandbox::plan::ZygoteSeccompWire {
+            Ok(z) => Some(vivarium_sandbox::plan::ZygoteSeccompWire {
                 zygote: z.zygote.to_wire(),
                 job: z.job.to_wire(),
             }),

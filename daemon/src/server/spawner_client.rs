@@ -2,7 +2,6 @@
 //! runtime exists, so the multi-threaded process is never forked), then route its
 //! messages to the job that each one is about.
 
-use crate::sandbox::plan::JobPlan;
 use crate::spawner::link::{
     self, FromSpawner, KillCause, SpawnerConfig, ToSpawner, MAX_LINK_FRAME, SPAWNER_ARG,
 };
@@ -13,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 use tokio_seqpacket::ancillary::AncillaryMessageWriter;
 use tokio_seqpacket::UnixSeqpacket;
+use vivarium_sandbox::plan::JobPlan;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SpawnerError {

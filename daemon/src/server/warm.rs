@@ -17,7 +17,7 @@
 //! without demand, and throws away sandboxes of a profile replaced by a reload.
 
 use super::{ActiveProfile, Daemon};
-use crate::sandbox::plan;
+use crate::policy::plan;
 use crate::spawner::link::{FromSpawner, KillCause};
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;

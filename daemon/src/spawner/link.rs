@@ -2,12 +2,12 @@
 //! SOCK_SEQPACKET socketpair. `Spawn` carries four fds by SCM_RIGHTS: the sealed code
 //! memfd and the job's stdin, stdout and stderr pipe ends.
 
-use crate::sandbox::plan::JobPlan;
 use crate::sandbox::report::{Failure, WaitStatus};
 use crate::sandbox::weaken::Weakening;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use vivarium_proto::{CgroupVersion, LandlockStatus};
+use vivarium_sandbox::plan::JobPlan;
 
 /// The spawner is started as `vivariumd <SPAWNER_ARG>` with the link on this fd.
 pub const SPAWNER_ARG: &str = "__spawner";

@@ -11,7 +11,6 @@ mod zygote;
 
 use crate::error_chain;
 use crate::sandbox::init::{self, InitArgs, InitFds, Prepared};
-use crate::sandbox::plan::{JobPlan, NetworkPlan, SANDBOX_GID, SANDBOX_UID};
 use crate::sandbox::report::{decode_all, Failure, InitMsg};
 use crate::sandbox::weaken::{self, Layer};
 use link::{FromSpawner, JobReport, KillCause, SpawnerConfig, ToSpawner, LINK_FD, MAX_LINK_FRAME};
@@ -25,6 +24,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use vivarium_proto::CgroupVersion;
 use vivarium_sandbox::cgroup::{Cgroups, JobCgroup, Limits, Version};
+use vivarium_sandbox::plan::{JobPlan, NetworkPlan, SANDBOX_GID, SANDBOX_UID};
 use vivarium_sandbox::sys;
 
 /// The wall-clock bound of a warm sandbox still waiting for its job (the server's
@@ -169,7 +169,7 @@ impl SpareNet {
             sys::loopback_up()?;
             let listener = std::net::TcpListener::bind((
                 std::net::Ipv4Addr::LOCALHOST,
-                crate::sandbox::plan::EGRESS_PORT,
+                vivarium_sandbox::plan::EGRESS_PORT,
             ))?;
             Ok((open_ns("/proc/self/ns/net")?, listener))
         })();
@@ -190,7 +190,7 @@ fn zygote_id_map(config: &SpawnerConfig) -> String {
     let first = config.id_base + 2 * config.max_jobs;
     format!(
         "{} {first} {}\n",
-        crate::sandbox::plan::ZYGOTE_JOB_IDS,
+        vivarium_sandbox::plan::ZYGOTE_JOB_IDS,
         config.max_jobs
     )
 }

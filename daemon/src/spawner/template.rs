@@ -24,7 +24,6 @@
 //! template cannot be built, the job is built cold, as before, with the same layers.
 
 use crate::sandbox::mount;
-use crate::sandbox::plan::{JobPlan, MountStep};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sched::CloneFlags;
 use nix::sys::socket::MsgFlags;
@@ -32,6 +31,7 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+use vivarium_sandbox::plan::{JobPlan, MountStep};
 use vivarium_sandbox::sys;
 
 /// Templates kept at once (one per profile in use, and per package environment).

@@ -4,7 +4,6 @@
 //! fork a job's sandbox, ended after `idle_secs` without a job.
 
 use super::{Job, Spawner};
-use crate::sandbox::plan::JobPlan;
 use crate::sandbox::report::Failure;
 use crate::sandbox::zygote as zy;
 use crate::spawner::link::{self, KillCause};
@@ -17,6 +16,7 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use vivarium_sandbox::cgroup::JobCgroup;
+use vivarium_sandbox::plan::JobPlan;
 
 /// At most this many zygotes at once (each holds an interpreter and its preloads).
 const MAX_ZYGOTES: usize = 4;

@@ -1,0 +1,269 @@
+//! The setup plan: everything a job's sandbox needs, computed from profile + job before
+//! the clone (by `vivariumd::policy::plan`), as plain data. The child only executes it.
+
+use crate::cgroup::ViewMount;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// Inside the sandbox, the payload runs as this uid and gid.
+pub const SANDBOX_UID: u32 = 1000;
+pub const SANDBOX_GID: u32 = 1000;
+/// Where the script is written inside the sandbox.
+pub const SCRIPT_PATH: &str = "/work/main.py";
+pub const HOSTNAME: &str = "vivarium";
+/// A job's share of the per-user kernel budgets that every job's user namespace charges
+/// to its creator, the host's uid 0 (Linux counts them per user namespace and again at
+/// each level above). Sized so that `max_concurrent_jobs` jobs at their caps stay far
+/// below the host's per-user defaults (a root shell's RLIMIT_SIGPENDING is ~96,000 on a
+/// 24 GiB machine, `fs.inotify.max_user_instances` 128): before, one job queued 96,361
+/// signals, and every root process on the host got EAGAIN from `timer_create`.
+pub const SIGPENDING: u64 = 1024;
+pub const MSGQUEUE_BYTES: u64 = 64 << 10;
+pub const MEMLOCK_BYTES: u64 = 1 << 20;
+/// The job's own user namespace limits (`/proc/sys/user/*`, written by init in that
+/// namespace): inotify instances and watches. A job makes no namespace at all (seccomp
+/// refuses it) and gets a limit of 0 for each kind, a zygote keeps the default (it makes
+/// every forked job's).
+pub const USER_NS_LIMITS: &[(&str, u64)] =
+    &[("max_inotify_instances", 8), ("max_inotify_watches", 8192)];
+pub const NO_NAMESPACES: &[&str] = &[
+    "max_cgroup_namespaces",
+    "max_ipc_namespaces",
+    "max_mnt_namespaces",
+    "max_net_namespaces",
+    "max_pid_namespaces",
+    "max_time_namespaces",
+    "max_user_namespaces",
+    "max_uts_namespaces",
+];
+
+/// The first of the ids in a zygote's user namespace that its forked jobs run as: the
+/// job holding id slot `s` maps its uid and gid [`SANDBOX_UID`]/[`SANDBOX_GID`] to
+/// `ZYGOTE_JOB_IDS + s` there, which the zygote's own map sends to the host id
+/// `id_base + 2 × slots + s` (`vivariumd::spawner::zygote_id_map`). So no two running jobs, cold or
+/// forked, share a host uid, and per-user kernel budgets (in-flight fds, for one) are
+/// each job's own.
+pub const ZYGOTE_JOB_IDS: u32 = 100_000;
+
+/// The egress proxy's port on the loopback of a sandbox with [`JobPlan::egress`] (its
+/// own network namespace: no other listener can hold it).
+pub const EGRESS_PORT: u16 = 3128;
+
+/// A job's network namespace, always a fresh one (owned by the host's user namespace
+/// when the spawner makes it, see `vivariumd::spawner::SpareNet`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NetworkPlan {
+    /// Nothing but a down `lo` (profile `network = "none"`, installs from a wheelhouse).
+    None,
+    /// `lo` up and nothing else: a private loopback (profile `network = "loopback"`).
+    Loopback,
+    /// `lo` up, and the daemon's egress proxy as the only way out (`vivariumd::egress`): the
+    /// spawner makes the namespace, binds a listener on `127.0.0.1:`[`EGRESS_PORT`] in it
+    /// and hands that listener to the server (`FromSpawner::Egress`). Profiles with
+    /// `network.egress`, package installs from an index.
+    Egress,
+}
+
+impl NetworkPlan {
+    /// Whether `lo` is up in the job's namespace.
+    pub fn loopback(self) -> bool {
+        self != NetworkPlan::None
+    }
+}
+
+/// One step of building the new root. Paths are as seen inside the sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MountStep {
+    /// A tmpfs with size and inode caps, owned by the sandbox uid.
+    Tmpfs {
+        path: PathBuf,
+        size: u64,
+        inodes: u64,
+        mode: u32,
+    },
+    /// A read-only bind of a host path at `path`.
+    BindRo { source: PathBuf, path: PathBuf },
+    /// A symlink (recreating a host symlink such as `/bin -> usr/bin`).
+    Symlink { link: PathBuf, path: PathBuf },
+    /// A regular file with fixed contents on the (read-only) root.
+    File { path: PathBuf, contents: String },
+    /// A host device node bound onto an empty file (mknod is not allowed in a userns).
+    Device { source: PathBuf, path: PathBuf },
+    /// A fresh procfs for the job's pid namespace.
+    Proc { path: PathBuf },
+    /// A read-only file with `contents` bound over `path` (a host-global value under
+    /// /proc that would otherwise leak, such as the boot id).
+    Mask { path: PathBuf, contents: String },
+    /// An empty directory on the read-only root: where a zygote's jobs mount their
+    /// tmpfs (a zygote has none of its own).
+    Dir { path: PathBuf },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RlimitPlan {
+    pub nofile: u64,
+    pub fsize: u64,
+    /// Queued signals ([`SIGPENDING`]), POSIX message queue bytes ([`MSGQUEUE_BYTES`])
+    /// and locked memory ([`MEMLOCK_BYTES`]): per-user kernel budgets that are charged
+    /// up the user-namespace chain to its creator (host root, for every job).
+    pub sigpending: u64,
+    pub msgqueue: u64,
+    pub memlock: u64,
+    /// Per-process stand-ins for the cgroup limits when the daemon has no cgroup
+    /// (rootless without delegation): address space, CPU seconds, processes.
+    pub fallback: Option<RlimitFallback>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RlimitFallback {
+    pub address_space: u64,
+    pub cpu_seconds: u64,
+    pub nproc: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LandlockPlan {
+    /// The ABI the profile is written for.
+    pub abi: u8,
+    /// The lowest kernel ABI accepted (below `abi` is best effort, reported).
+    pub min_abi: u8,
+    /// Read beneath these.
+    pub read_dirs: Vec<PathBuf>,
+    /// Execute beneath these: the read-only binds of host directories (the interpreter
+    /// and its libraries), nowhere else.
+    pub exec_dirs: Vec<PathBuf>,
+    /// Full access beneath these (the job's tmpfs mounts).
+    pub write_dirs: Vec<PathBuf>,
+    /// Read and write (not create) on these files.
+    pub write_files: Vec<PathBuf>,
+    /// TCP ports the payload may connect to (package installs from an index only;
+    /// needs ABI 4). Empty: every TCP connect and bind is denied.
+    #[serde(default)]
+    pub tcp_connect: Vec<u16>,
+    /// Landlock handles no TCP right at all (ignoring `tcp_connect`): a private loopback
+    /// (`NetworkPlan::Loopback`), whose every address is the job's own; Landlock's TCP
+    /// rules are per port and could not say "this namespace's loopback only".
+    #[serde(default)]
+    pub tcp_any: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CgroupPlan {
+    pub memory_bytes: u64,
+    pub pids: u32,
+    /// CFS quota per period; `None` = unthrottled.
+    pub cpu_quota_us: Option<u64>,
+    pub cpu_period_us: u64,
+}
+
+/// One job's sandbox, ready to execute.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobPlan {
+    pub job_id: u64,
+    pub hostname: String,
+    pub mounts: Vec<MountStep>,
+    pub interpreter: PathBuf,
+    /// Complete argv, `argv[0]` first.
+    pub argv: Vec<String>,
+    /// The complete environment: nothing is inherited.
+    pub env: Vec<(String, String)>,
+    pub rlimits: RlimitPlan,
+    pub landlock: LandlockPlan,
+    /// Compiled seccomp filters in installation order (`(code, jt, jf, k)`).
+    pub seccomp: Vec<Vec<(u16, u8, u8, u32)>>,
+    pub cgroup: CgroupPlan,
+    /// The job's own cgroup, read-only where container-aware libraries look for their
+    /// limits (`/sys/fs/cgroup`): mounted by init once the job's cgroup namespace exists
+    /// (its mount points are `MountStep::Dir`s of `mounts`). Empty without cgroups.
+    #[serde(default)]
+    pub cgroup_view: Vec<ViewMount>,
+    pub wall_ms: u64,
+    pub cpu_ms: u64,
+    /// A warm sandbox: the interpreter starts now and waits for its job on stdin; the
+    /// deadlines start when the spawner is told the job has been delivered (`Arm`).
+    pub warm: bool,
+    /// What the job's (always fresh) network namespace holds.
+    pub network: NetworkPlan,
+    /// A directory of the sandbox (its path inside) that the server gets an open fd to
+    /// once the payload runs (`FromSpawner::Exported`): a package install's environment,
+    /// built on a capped tmpfs there and copied out after the sandbox has ended.
+    #[serde(default)]
+    pub export: Option<PathBuf>,
+    /// Set by the spawner, not the server: the job gets a time namespace of its own
+    /// (`sandbox::timens`). A zygote-forked job's init makes it, and fails without it.
+    #[serde(default)]
+    pub time_ns: bool,
+    /// Set by the spawner for a job forked from a zygote: its id slot, which gives it
+    /// ids of its own ([`ZYGOTE_JOB_IDS`]). `None` for every other plan.
+    pub zygote_slot: Option<u32>,
+    /// A warm sandbox that the spawner may build by forking the profile's zygote (see
+    /// `sandbox::zygote`) instead of a cold start; `None`: always a cold start.
+    #[serde(default)]
+    pub zygote: Option<ZygotePlan>,
+    /// This plan starts a zygote: its interpreter keeps its capabilities in the
+    /// sandbox's user namespace and gets neither Landlock nor seccomp (it builds each
+    /// job's namespaces and mounts; every job applies both layers itself), and it gets
+    /// the spawner's control socket and the zygote library as fds 3 and 4.
+    #[serde(default)]
+    pub is_zygote: bool,
+}
+
+/// How a profile's zygote is kept.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ZygotePlan {
+    /// Which zygote: plans with the same key come from the same one (the server's
+    /// profile activation and package environment).
+    pub key: u64,
+    /// The profile's name and activation: a zygote of an older activation of the same
+    /// profile is replaced (it ends once its running jobs have).
+    pub profile: String,
+    pub generation: u64,
+    /// The zygote's own cgroup limits: the profile's (never a job's own).
+    pub cgroup: CgroupPlan,
+    /// The zygote ends after this long without a job.
+    pub idle_secs: u64,
+    /// The zygote's seccomp filters (the policy with what a zygote needs besides, see
+    /// `vivariumd::policy::seccomp::ZygoteSeccomp`): its jobs inherit them.
+    pub seccomp: Vec<Vec<(u16, u8, u8, u32)>>,
+    /// What each forked job installs on top, to get exactly the policy's verdicts.
+    pub job_seccomp: Vec<Vec<(u16, u8, u8, u32)>>,
+}
+
+/// A profile's seccomp policy split for its zygote, in wire form
+/// (`vivariumd::policy::seccomp::ZygoteSeccomp`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ZygoteSeccompWire {
+    pub zygote: Vec<Vec<(u16, u8, u8, u32)>>,
+    pub job: Vec<Vec<(u16, u8, u8, u32)>>,
+}
+
+/// The warm sandbox's `-c` program: read one job from stdin (the header of
+/// [`warm_header`]), write it to [`SCRIPT_PATH`], run it as `__main__`.
+pub const WARM_BOOTSTRAP: &str = include_str!("warm_bootstrap.py");
+
+/// A job as a warm sandbox reads it on stdin, before the job's own stdin: `u32` argc,
+/// each argument as `u32` length + bytes, then `u32` length + the code (little endian).
+pub fn warm_header(args: &[String], code: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(code.len() + 64);
+    out.extend_from_slice(&(args.len() as u32).to_le_bytes());
+    for item in args.iter().map(|a| a.as_bytes()).chain([code]) {
+        out.extend_from_slice(&(item.len() as u32).to_le_bytes());
+        out.extend_from_slice(item);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_warm_header_is_length_prefixed() {
+        let h = warm_header(&["a".into(), "bc".into()], b"print(1)");
+        let mut want = vec![
+            2, 0, 0, 0, 1, 0, 0, 0, b'a', 2, 0, 0, 0, b'b', b'c', 8, 0, 0, 0,
+        ];
+        want.extend_from_slice(b"print(1)");
+        assert_eq!(h, want);
+    }
+}
