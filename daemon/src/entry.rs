@@ -4,16 +4,17 @@
 //! only the test-only `vivariumd-weakened` (under `tests/`) passes anything else.
 
 use crate::config::{Config, LogFormat};
-use crate::sandbox::weaken::Weakening;
 use crate::server::lifecycle::{self, ConfigSource, Loaded};
 use crate::server::{self, activation, spawner_client, Daemon};
-use crate::spawner::{self, link::SpawnerConfig, link::SPAWNER_ARG};
+use crate::spawner;
 use anyhow::{bail, Context};
 use clap::Parser;
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
+use vivarium_sandbox::ipc::{SpawnerConfig, SPAWNER_ARG};
+use vivarium_sandbox::weaken::Weakening;
 
 #[derive(Parser, Debug)]
 #[command(name = "vivariumd", version, about = "The Vivarium sandbox daemon")]
@@ -192,5 +193,47 @@ fn raise_nofile_limit() {
             }
         }
         _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    /// No config file or profile can name a weakening: both parsers deny unknown keys,
+    /// at the top level and in every table.
+    #[test]
+    fn no_config_or_profile_key_reaches_it() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../profiles");
+        let profile = std::fs::read_to_string(dir.join("default.toml")).unwrap();
+        assert!(toml::from_str::<crate::profile::ProfileFile>(&profile).is_ok());
+        for key in [
+            "weaken",
+            "weakening",
+            "weakened",
+            "drop_layers",
+            "test_weakened",
+        ] {
+            let line = format!("{key} = [\"landlock\"]\n");
+            assert!(
+                toml::from_str::<crate::config::Config>(&line).is_err(),
+                "{key}"
+            );
+            let top = format!("{line}{profile}");
+            assert!(toml::from_str::<crate::profile::ProfileFile>(&top).is_err());
+            for table in [
+                "[security]\n",
+                "[filesystem]\n",
+                "[limits]\n",
+                "[network]\n",
+            ] {
+                let nested = profile.replace(table, &format!("{table}{line}"));
+                assert_ne!(nested, profile, "{table}");
+                assert!(
+                    toml::from_str::<crate::profile::ProfileFile>(&nested).is_err(),
+                    "{key} in {table}"
+                );
+            }
+        }
     }
 }

@@ -2,7 +2,8 @@
 //!
 //! Two processes share this crate: the tokio [`server`] (untrusted bytes, no privileged
 //! step) and the single-threaded, privileged [`spawner`] that builds each job's
-//! [`sandbox`]. See `docs/ARCHITECTURE.md`.
+//! sandbox with the `vivarium_sandbox` crate, from the plan its [`policy`] computed. See
+//! `docs/ARCHITECTURE.md`.
 #![deny(unsafe_code)]
 
 pub mod config;
@@ -11,7 +12,6 @@ pub mod entry;
 pub mod packages;
 pub mod policy;
 pub mod profile;
-pub mod sandbox;
 pub mod server;
 pub mod spawner;
 

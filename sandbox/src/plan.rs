@@ -190,14 +190,14 @@ pub struct JobPlan {
     #[serde(default)]
     pub export: Option<PathBuf>,
     /// Set by the spawner, not the server: the job gets a time namespace of its own
-    /// (`sandbox::timens`). A zygote-forked job's init makes it, and fails without it.
+    /// (`crate::timens`). A zygote-forked job's init makes it, and fails without it.
     #[serde(default)]
     pub time_ns: bool,
     /// Set by the spawner for a job forked from a zygote: its id slot, which gives it
     /// ids of its own ([`ZYGOTE_JOB_IDS`]). `None` for every other plan.
     pub zygote_slot: Option<u32>,
     /// A warm sandbox that the spawner may build by forking the profile's zygote (see
-    /// `sandbox::zygote`) instead of a cold start; `None`: always a cold start.
+    /// `crate::zygote`) instead of a cold start; `None`: always a cold start.
     #[serde(default)]
     pub zygote: Option<ZygotePlan>,
     /// This plan starts a zygote: its interpreter keeps its capabilities in the

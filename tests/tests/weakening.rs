@@ -1,6 +1,6 @@
-//! The test-only weakening (`vivariumd::sandbox::weaken`) cannot be reached from the
+//! The test-only weakening (`vivarium_sandbox::weaken`) cannot be reached from the
 //! production binary: `vivariumd` has no option for it (and its config and profile
-//! parsers deny unknown keys: unit tests in daemon/src/sandbox/weaken.rs), and the
+//! parsers deny unknown keys: a unit test in daemon/src/entry.rs), and the
 //! test-only `vivariumd-weakened` refuses to start without its variable or without a
 //! weakening. (That every outcome of the real daemon lists no weakening, and every
 //! outcome of a weakened one lists its layers, is checked per job in attack_probes.rs.)

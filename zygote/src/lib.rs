@@ -1,10 +1,10 @@
 //! `libvivarium_zygote.so`: the zygote's request loop and each job's setup
-//! (`vivariumd::sandbox::zygote`), exported for its interpreter, which loads it with
+//! (`vivarium_sandbox::zygote`), exported for its interpreter, which loads it with
 //! `ctypes.PyDLL` (the GIL stays held during the call, so no other Python code runs
 //! while it forks or unshares).
 
 use std::os::fd::BorrowedFd;
-use vivariumd::sandbox::zygote::{self, Hooks, Served};
+use vivarium_sandbox::zygote::{self, Hooks, Served};
 
 mod arena;
 

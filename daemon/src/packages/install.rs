@@ -29,7 +29,6 @@ use super::{PackageError, PackagesSection, ENV_PATH};
 use crate::policy::plan;
 use crate::profile::JobLimits;
 use crate::server::{ActiveProfile, Daemon};
-use crate::spawner::link::{FromSpawner, JobReport, KillCause};
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
@@ -37,6 +36,7 @@ use std::sync::{Arc, Mutex};
 use tokio::io::AsyncReadExt;
 use tokio::sync::Notify;
 use vivarium_proto::ErrorCode;
+use vivarium_sandbox::ipc::{FromSpawner, JobReport, KillCause};
 use vivarium_sandbox::plan::{JobPlan, MountStep, NetworkPlan, EGRESS_PORT};
 
 /// Where uv's directory and the wheelhouse are bound inside the install sandbox.
@@ -417,7 +417,7 @@ fn judge(
         .find_map(|l| serde_json::from_str::<DriverResult>(l).ok());
     let ok = matches!(
         report.exit,
-        Some(crate::sandbox::report::WaitStatus::Code(0))
+        Some(vivarium_sandbox::report::WaitStatus::Code(0))
     );
     match result {
         Some(DriverResult::Done {

@@ -6,8 +6,6 @@ use super::lifecycle::Refusal;
 use super::outcome::{self, StreamFacts};
 use super::{ActiveProfile, Daemon};
 use crate::profile::{JobLimits, OutputPolicy};
-use crate::sandbox::weaken::Layer;
-use crate::spawner::link::{FromSpawner, JobReport, KillCause};
 use nix::fcntl::OFlag;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,7 +15,9 @@ use tokio::sync::{mpsc, watch, Notify};
 use tokio_seqpacket::UnixSeqpacket;
 use tracing::Instrument;
 use vivarium_proto::{ErrorCode, Event, Isolation, Reason, MAX_PAYLOAD_CHUNK};
+use vivarium_sandbox::ipc::{FromSpawner, JobReport, KillCause};
 use vivarium_sandbox::plan;
+use vivarium_sandbox::weaken::Layer;
 
 pub struct JobRequest {
     pub profile: String,
@@ -362,7 +362,7 @@ async fn execute(
         stderr_truncated,
     };
     let sec = &active.profile.file.security;
-    // (A test-only weakened daemon reports what it left out: crate::sandbox::weaken.)
+    // (A test-only weakened daemon reports what it left out: vivarium_sandbox::weaken.)
     let weak = &daemon.facts.weakened;
     let keeps_root = weak.drops(Layer::Caps) && !daemon.facts.rootless;
     let isolation = Isolation {

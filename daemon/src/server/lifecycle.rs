@@ -13,7 +13,6 @@ use super::activation::{notify, NotifyState};
 use super::{activate, resolve_groups, Daemon, Live};
 use crate::config::{Config, ConfigError};
 use crate::profile::{self, ProfileError};
-use crate::spawner::link::KillCause;
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -21,6 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::watch;
+use vivarium_sandbox::ipc::KillCause;
 
 /// Where the config and profiles come from, so that SIGHUP can read them again.
 #[derive(Debug, Clone)]

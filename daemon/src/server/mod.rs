@@ -15,7 +15,6 @@ pub mod warm;
 use crate::config::Config;
 use crate::policy::seccomp;
 use crate::profile::Profile;
-use crate::sandbox::landlock::missing_features;
 use spawner_client::{HostFacts, SpawnerClient};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -24,6 +23,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use tokio::sync::Semaphore;
 use vivarium_proto::ErrorCode;
 use vivarium_proto::{CgroupVersion, ProfileInfo};
+use vivarium_sandbox::landlock::missing_features;
 
 /// A profile with what this host can do for it.
 pub struct ActiveProfile {
@@ -135,7 +135,7 @@ pub fn activate(profile: Profile, facts: &HostFacts) -> ActiveProfile {
     } else if !std::path::Path::new("/proc/sys/vm/memfd_noexec").exists() {
         not_enforced.push("non-executable memfds (vm.memfd_noexec, Linux 6.3)".into());
     }
-    if facts.rootless || !crate::sandbox::timens::available() {
+    if facts.rootless || !vivarium_sandbox::timens::available() {
         not_enforced.push(
             "a time namespace per job: the monotonic and boot clocks and /proc/uptime are the host's (needs a root daemon and Linux 5.6)".into(),
         );
@@ -155,7 +155,7 @@ pub fn activate(profile: Profile, facts: &HostFacts) -> ActiveProfile {
                 .into(),
         );
     }
-    // A test-only weakened daemon (crate::sandbox::weaken) says so in every outcome.
+    // A test-only weakened daemon (vivarium_sandbox::weaken) says so in every outcome.
     not_enforced.extend(facts.weakened.describe());
     ActiveProfile {
         disabled: (!problems.is_empty()).then(|| problems.join("; ")),
@@ -555,7 +555,7 @@ mod tests {
 
     #[test]
     fn a_weakened_spawner_is_named_in_every_profile_and_production_has_none() {
-        use crate::sandbox::weaken::{Layer, Weakening};
+        use vivarium_sandbox::weaken::{Layer, Weakening};
         let mut w = Weakening::none();
         w.layers.insert(Layer::PidNs);
         let mut weak = facts(7, ALL);

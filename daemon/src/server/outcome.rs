@@ -11,9 +11,9 @@
 //!    refused a fork and the payload then failed).
 //! 4. `Signal` (any other death by signal), `Error` (non-zero exit), `Ok`.
 
-use crate::sandbox::report::WaitStatus;
-use crate::spawner::link::{JobReport, KillCause};
 use vivarium_proto::{ExitStatus, Isolation, LimitKind, Outcome, Reason, Usage};
+use vivarium_sandbox::ipc::{JobReport, KillCause};
+use vivarium_sandbox::report::WaitStatus;
 
 /// What the server itself observed about the output streams.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -147,8 +147,8 @@ pub fn outcome(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sandbox::report::Failure;
     use vivarium_proto::LandlockStatus;
+    use vivarium_sandbox::report::Failure;
 
     fn ran(exit: WaitStatus) -> JobReport {
         JobReport {

@@ -2,9 +2,6 @@
 //! runtime exists, so the multi-threaded process is never forked), then route its
 //! messages to the job that each one is about.
 
-use crate::spawner::link::{
-    self, FromSpawner, KillCause, SpawnerConfig, ToSpawner, MAX_LINK_FRAME, SPAWNER_ARG,
-};
 use std::collections::HashMap;
 use std::io::IoSlice;
 use std::os::fd::{BorrowedFd, OwnedFd};
@@ -12,6 +9,9 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 use tokio_seqpacket::ancillary::AncillaryMessageWriter;
 use tokio_seqpacket::UnixSeqpacket;
+use vivarium_sandbox::ipc::{
+    self, FromSpawner, KillCause, SpawnerConfig, ToSpawner, MAX_LINK_FRAME, SPAWNER_ARG,
+};
 use vivarium_sandbox::plan::JobPlan;
 
 #[derive(Debug, thiserror::Error)]
@@ -72,7 +72,7 @@ pub struct HostFacts {
     pub rootless: bool,
     /// Test-only weakening the spawner applies to every job (empty in production);
     /// every profile lists it in `not_enforced`, and outcomes report what it removed.
-    pub weakened: crate::sandbox::weaken::Weakening,
+    pub weakened: vivarium_sandbox::weaken::Weakening,
 }
 
 impl HostFacts {
@@ -99,12 +99,12 @@ impl SpawnerClient {
         )
         .map_err(|e| SpawnerError::Link(e.into()))?;
         let sock = UnixSeqpacket::try_from(un.link).map_err(SpawnerError::Link)?;
-        sock.send(&link::encode(&ToSpawner::Init(config)))
+        sock.send(&ipc::encode(&ToSpawner::Init(config)))
             .await
             .map_err(SpawnerError::Link)?;
         let mut buf = vec![0u8; MAX_LINK_FRAME + 1];
         let n = sock.recv(&mut buf).await.map_err(SpawnerError::Link)?;
-        let facts = match link::decode::<FromSpawner>(&buf[..n]) {
+        let facts = match ipc::decode::<FromSpawner>(&buf[..n]) {
             Some(FromSpawner::Ready {
                 cgroup,
                 controllers,
@@ -143,7 +143,7 @@ impl SpawnerClient {
             .lock()
             .expect("routes lock")
             .insert(plan.job_id, tx);
-        let frame = link::encode(&ToSpawner::Spawn(Box::new(plan.clone())));
+        let frame = ipc::encode(&ToSpawner::Spawn(Box::new(plan.clone())));
         let mut space = [0u8; 256];
         let mut anc = AncillaryMessageWriter::new(&mut space);
         anc.add_fds(&fds)
@@ -169,26 +169,23 @@ impl SpawnerClient {
             wall_ms,
             cpu_ms,
         };
-        let _ = self.sock.send(&link::encode(&msg)).await;
+        let _ = self.sock.send(&ipc::encode(&msg)).await;
     }
 
     pub async fn kill(&self, job_id: u64, cause: KillCause) {
         let _ = self
             .sock
-            .send(&link::encode(&ToSpawner::Kill { job_id, cause }))
+            .send(&ipc::encode(&ToSpawner::Kill { job_id, cause }))
             .await;
     }
 
     /// The profiles were reloaded: every zygote is of an old activation.
     pub async fn zygotes_stale(&self) {
-        let _ = self
-            .sock
-            .send(&link::encode(&ToSpawner::ZygotesStale))
-            .await;
+        let _ = self.sock.send(&ipc::encode(&ToSpawner::ZygotesStale)).await;
     }
 
     pub async fn shutdown(&self) {
-        let _ = self.sock.send(&link::encode(&ToSpawner::Shutdown)).await;
+        let _ = self.sock.send(&ipc::encode(&ToSpawner::Shutdown)).await;
     }
 }
 
@@ -211,7 +208,7 @@ async fn route(sock: Arc<UnixSeqpacket>, routes: Routes, gone: Arc<tokio::sync::
                 fds.extend(got);
             }
         }
-        let Some(mut msg) = link::decode::<FromSpawner>(&buf[..n]) else {
+        let Some(mut msg) = ipc::decode::<FromSpawner>(&buf[..n]) else {
             tracing::error!("undecodable message from the spawner");
             continue;
         };

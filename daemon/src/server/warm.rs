@@ -18,13 +18,13 @@
 
 use super::{ActiveProfile, Daemon};
 use crate::policy::plan;
-use crate::spawner::link::{FromSpawner, KillCause};
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, Notify};
 use vivarium_proto::LandlockStatus;
+use vivarium_sandbox::ipc::{FromSpawner, KillCause};
 
 /// A sandbox ready for one job.
 pub struct WarmSandbox {

@@ -5,15 +5,10 @@
 //! One `poll` loop serves the link to the server, every job's pidfd and status pipe,
 //! and the deadlines (wall clock, and CPU time sampled from the job's cgroup).
 
-pub mod link;
 mod template;
 mod zygote;
 
 use crate::error_chain;
-use crate::sandbox::init::{self, InitArgs, InitFds, Prepared};
-use crate::sandbox::report::{decode_all, Failure, InitMsg};
-use crate::sandbox::weaken::{self, Layer};
-use link::{FromSpawner, JobReport, KillCause, SpawnerConfig, ToSpawner, LINK_FD, MAX_LINK_FRAME};
 use nix::fcntl::OFlag;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::socket::{send, MsgFlags};
@@ -24,8 +19,14 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use vivarium_proto::CgroupVersion;
 use vivarium_sandbox::cgroup::{Cgroups, JobCgroup, Limits, Version};
+use vivarium_sandbox::init::{self, InitArgs, InitFds, Prepared};
+use vivarium_sandbox::ipc::{
+    self, FromSpawner, JobReport, KillCause, SpawnerConfig, ToSpawner, LINK_FD, MAX_LINK_FRAME,
+};
 use vivarium_sandbox::plan::{JobPlan, NetworkPlan, SANDBOX_GID, SANDBOX_UID};
+use vivarium_sandbox::report::{decode_all, Failure, InitMsg};
 use vivarium_sandbox::sys;
+use vivarium_sandbox::weaken::{self, Layer};
 
 /// The wall-clock bound of a warm sandbox still waiting for its job (the server's
 /// idle shrink normally ends it much sooner).
@@ -246,7 +247,7 @@ pub fn main() -> ! {
 }
 
 fn send_msg(link: &OwnedFd, msg: &FromSpawner) -> std::io::Result<()> {
-    send(link.as_raw_fd(), &link::encode(msg), MsgFlags::empty())?;
+    send(link.as_raw_fd(), &ipc::encode(msg), MsgFlags::empty())?;
     Ok(())
 }
 
@@ -258,7 +259,7 @@ fn recv_msg(link: &OwnedFd, buf: &mut [u8]) -> std::io::Result<Option<(ToSpawner
     if len == 0 {
         return Ok(None);
     }
-    let Some(decoded) = link::decode::<ToSpawner>(&buf[..len.min(MAX_LINK_FRAME)]) else {
+    let Some(decoded) = ipc::decode::<ToSpawner>(&buf[..len.min(MAX_LINK_FRAME)]) else {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             "bad link frame",
@@ -274,7 +275,7 @@ fn run(link: OwnedFd) -> Result<(), String> {
         _ => return Err("expected Init on the link".into()),
     };
     // Fail closed: a weakening only ever comes from the attack suite's test binary,
-    // which also sets this variable (crate::sandbox::weaken).
+    // which also sets this variable (vivarium_sandbox::weaken).
     if !config.weakening.is_empty() && std::env::var(weaken::TEST_ENV).as_deref() != Ok("1") {
         let e = format!(
             "refusing a test-only weakening without {}=1",
@@ -340,7 +341,7 @@ fn run(link: OwnedFd) -> Result<(), String> {
         free_slots: (0..config.max_jobs).rev().collect(),
         zygotes: zygote::Zygotes::new(),
         net: SpareNet::new(config.rootless),
-        time_home: if config.rootless || !crate::sandbox::timens::available() {
+        time_home: if config.rootless || !vivarium_sandbox::timens::available() {
             None
         } else {
             open_ns("/proc/self/ns/time").ok()
@@ -893,11 +894,11 @@ impl Spawner {
             }
         }
         // A time namespace of its own for the job, its clocks near zero (S3t, see
-        // `sandbox::timens`): made for the spawner's children just before the clone, so
+        // `vivarium_sandbox::timens`): made for the spawner's children just before the clone, so
         // init is born in it; the spawner's own clocks never change.
         let timed = self.time_home.is_some()
             && !weak.drops(Layer::TimeNs)
-            && crate::sandbox::timens::unshare_near_zero().is_ok();
+            && vivarium_sandbox::timens::unshare_near_zero().is_ok();
         if !timed {
             self.leave_time_ns(None);
         }
@@ -961,7 +962,7 @@ impl Spawner {
         if let Some(listener) = egress {
             // Before any other message about the job: the proxy is up by the time the
             // payload can connect (the listener queues connections until then anyway).
-            let msg = link::encode(&FromSpawner::Egress {
+            let msg = ipc::encode(&FromSpawner::Egress {
                 job_id: plan.job_id,
                 listener: Default::default(),
             });
@@ -1113,7 +1114,7 @@ fn export_dir(job_id: u64, pid: Pid, path: &std::path::Path, link: &OwnedFd) {
         .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
         .open(PathBuf::from(format!("/proc/{pid}/root")).join(inside));
     let msg = |error| {
-        link::encode(&FromSpawner::Exported {
+        ipc::encode(&FromSpawner::Exported {
             job_id,
             error,
             dir: Default::default(),

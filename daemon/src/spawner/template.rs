@@ -20,10 +20,9 @@
 //!
 //! Only for a root daemon's ordinary jobs: a rootless daemon cannot join a mount
 //! namespace owned by the host, a zygote's sandbox is the base of its own jobs' copies
-//! (`sandbox::zygote`), and a test-only weakening builds the root on the spot. Where a
+//! (`vivarium_sandbox::zygote`), and a test-only weakening builds the root on the spot. Where a
 //! template cannot be built, the job is built cold, as before, with the same layers.
 
-use crate::sandbox::mount;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sched::CloneFlags;
 use nix::sys::socket::MsgFlags;
@@ -31,6 +30,7 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+use vivarium_sandbox::mount;
 use vivarium_sandbox::plan::{JobPlan, MountStep};
 use vivarium_sandbox::sys;
 

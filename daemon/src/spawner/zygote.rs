@@ -1,12 +1,9 @@
-//! The spawner's zygotes (see `crate::sandbox::zygote`): started on demand from the
+//! The spawner's zygotes (see `vivarium_sandbox::zygote`): started on demand from the
 //! first warm plan that asks for one, identified by that plan's content (so a reloaded
 //! profile gets a new zygote and the old one idles out), asked over a control socket to
 //! fork a job's sandbox, ended after `idle_secs` without a job.
 
 use super::{Job, Spawner};
-use crate::sandbox::report::Failure;
-use crate::sandbox::zygote as zy;
-use crate::spawner::link::{self, KillCause};
 use nix::sys::socket::{
     sendmsg, socketpair, AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType,
 };
@@ -16,7 +13,10 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use vivarium_sandbox::cgroup::JobCgroup;
+use vivarium_sandbox::ipc::{self, KillCause};
 use vivarium_sandbox::plan::JobPlan;
+use vivarium_sandbox::report::Failure;
+use vivarium_sandbox::zygote as zy;
 
 /// At most this many zygotes at once (each holds an interpreter and its preloads).
 const MAX_ZYGOTES: usize = 4;
@@ -426,8 +426,8 @@ impl Spawner {
             && !self
                 .config
                 .weakening
-                .drops(crate::sandbox::weaken::Layer::TimeNs);
-        let msg = link::encode(&sent);
+                .drops(vivarium_sandbox::weaken::Layer::TimeNs);
+        let msg = ipc::encode(&sent);
         sendmsg::<()>(
             z.ctl.as_raw_fd(),
             &[IoSlice::new(&msg)],
@@ -500,7 +500,7 @@ impl Spawner {
             && !self
                 .config
                 .weakening
-                .drops(crate::sandbox::weaken::Layer::TimeNs);
+                .drops(vivarium_sandbox::weaken::Layer::TimeNs);
         if let Some(cause) = killed {
             super::kill(&mut job, cause);
         }

@@ -8,7 +8,7 @@
 //!
 //! It refuses to start without `VIVARIUM_TEST_WEAKENED=1` or without a weakening, and
 //! the daemon lists every dropped layer in each outcome's `not_enforced`. The weakening
-//! is a plain argument of `vivariumd::entry::main` (see `vivariumd::sandbox::weaken`):
+//! is a plain argument of `vivariumd::entry::main` (see `vivarium_sandbox::weaken`):
 //! the production `vivariumd` always passes none, and no config, profile or request
 //! can set one.
 #![forbid(unsafe_code)]
@@ -16,8 +16,8 @@
 use std::ffi::OsString;
 use std::os::fd::IntoRawFd;
 use std::process::ExitCode;
-use vivariumd::sandbox::weaken::{Weakening, TEST_ENV};
-use vivariumd::spawner::link::SPAWNER_ARG;
+use vivarium_sandbox::ipc::SPAWNER_ARG;
+use vivarium_sandbox::weaken::{Weakening, TEST_ENV};
 
 fn main() -> ExitCode {
     if std::env::var(TEST_ENV).as_deref() != Ok("1") {

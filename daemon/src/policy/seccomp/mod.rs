@@ -319,7 +319,7 @@ pub fn apply(program: &SeccompProgram) -> Result<(), SeccompError> {
 }
 
 /// Syscalls a zygote and each job's setup in its children need beyond a job's policy
-/// (`crate::sandbox::zygote`): namespaces and mounts, the hostname, dropping
+/// (`vivarium_sandbox::zygote`): namespaces and mounts, the hostname, dropping
 /// capabilities, Landlock, and installing one more filter.
 pub const ZYGOTE_EXTRAS: &[&str] = &[
     "unshare",
@@ -349,7 +349,7 @@ pub const ZYGOTE_IOCTLS: &[(u64, &str)] = &[
     ),
 ];
 
-/// A policy split for a zygote (see `crate::sandbox::zygote`): `zygote` is the policy
+/// A policy split for a zygote (see `vivarium_sandbox::zygote`): `zygote` is the policy
 /// with [`ZYGOTE_EXTRAS`] allowed, installed once in the zygote (its jobs inherit it,
 /// compiled and JIT-ed once); `job` is what each job adds: two small filters that give
 /// the extras the verdicts the policy gives them (EPERM for those a deny filter refuses,

@@ -18,7 +18,7 @@
 //!    namespaces, mounts the job's fresh tmpfs mounts, procfs and masks over the
 //!    zygote's and its own cgroup read-only at /sys/fs/cgroup, sets the hostname and
 //!    the rlimits, then forks the payload and stays as its reaper (the same code as a
-//!    cold job's init: [`super::init::supervise`]).
+//!    cold job's init: [`crate::init::supervise`]).
 //! 3. the payload (init's fork, the one copy that returns to the interpreter) unshares
 //!    a user namespace of its own, whose maps init writes (uid and gid 1000 to the ids
 //!    of the job's id slot in the zygote's namespace, `plan::ZYGOTE_JOB_IDS`: the
@@ -31,19 +31,17 @@
 //! [`serve`] is called through the zygote library (crate `vivarium-zygote`); it is here
 //! so that the job's setup is the same code as a cold job's.
 
-use super::init::{drop_privileges, supervise, Prepared};
-use super::report::{encode, Failure, InitMsg, PayloadMsg};
-use super::{landlock, mount, rlimit, SetupError};
+use crate::init::{drop_privileges, supervise, Prepared};
+use crate::plan::{JobPlan, MountStep, SANDBOX_GID, SANDBOX_UID, WARM_BOOTSTRAP, ZYGOTE_JOB_IDS};
+use crate::report::{encode, Failure, InitMsg, PayloadMsg};
+use crate::sys;
+use crate::{landlock, mount, rlimit, SetupError};
 use nix::sched::CloneFlags;
 use nix::sys::socket::MsgFlags;
 use nix::unistd::Pid;
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, IntoRawFd, OwnedFd};
 use std::sync::Mutex;
-use vivarium_sandbox::plan::{
-    JobPlan, MountStep, SANDBOX_GID, SANDBOX_UID, WARM_BOOTSTRAP, ZYGOTE_JOB_IDS,
-};
-use vivarium_sandbox::sys;
 
 /// The zygote's control socket (SOCK_SEQPACKET to the spawner) inside its interpreter.
 pub const CTL_FD: i32 = 3;
@@ -53,7 +51,7 @@ pub const LIB_FD: i32 = 4;
 /// The zygote's `-c` program: the warm bootstrap's functions, then the zygote's loop.
 pub const ZYGOTE_BOOTSTRAP: &str = concat!(
     "_vivarium_zygote = True\n",
-    include_str!("../../../sandbox/src/warm_bootstrap.py"),
+    include_str!("warm_bootstrap.py"),
     include_str!("zygote_bootstrap.py")
 );
 
@@ -360,7 +358,7 @@ fn job_prepare(plan: &mut [u8], fds: Vec<OwnedFd>) -> JobState {
 }
 
 fn prepare(encoded: &mut [u8], attach: &[OwnedFd]) -> Result<(JobPlan, Prepared), SetupError> {
-    let plan: Option<JobPlan> = crate::spawner::link::decode(encoded);
+    let plan: Option<JobPlan> = crate::ipc::decode(encoded);
     encoded.fill(0);
     let plan = plan.ok_or(SetupError::Other {
         step: "zygote-plan",
@@ -373,13 +371,13 @@ fn prepare(encoded: &mut [u8], attach: &[OwnedFd]) -> Result<(JobPlan, Prepared)
     // The cgroup first, so that everything below is charged to the job; then check that
     // every hierarchy the spawner opened now lists us in the job's cgroup (fail closed:
     // a job never runs in the zygote's).
-    super::init::attach_self(attach, &format!("job-{}", plan.job_id))?;
+    crate::init::attach_self(attach, &format!("job-{}", plan.job_id))?;
     // The payload's host uid differs from ours, and we stay out of its reach anyway.
     sys::set_dumpable(false).map_err(|e| SetupError::io("dumpable", "/".as_ref(), &e))?;
     // A time namespace of its own, clocks near zero, for the payload this init forks
     // (a fork, not a CLONE_VM child: it may enter another time namespace).
     if plan.time_ns {
-        super::timens::unshare_near_zero()
+        crate::timens::unshare_near_zero()
             .map_err(|e| SetupError::io("time-ns", "/proc/self/timens_offsets".as_ref(), &e))?;
     }
     let flags = CloneFlags::CLONE_NEWNS
@@ -504,7 +502,7 @@ fn payload(
         });
     }
     // This job's own user namespace: its limits, as a cold job's init sets them.
-    super::init::set_user_ns_limits(false)?;
+    crate::init::set_user_ns_limits(false)?;
     // As a cold payload from here (init.rs steps 5 to 7), without the execve.
     nix::unistd::setsid().map_err(|e| SetupError::errno("setsid", e))?;
     for (target, fd) in stdio.iter().enumerate() {

@@ -35,11 +35,11 @@ pub enum WaitStatus {
     Signal(i32),
 }
 
-impl From<&super::SetupError> for Failure {
-    fn from(e: &super::SetupError) -> Self {
+impl From<&crate::SetupError> for Failure {
+    fn from(e: &crate::SetupError) -> Self {
         let errno = match e {
-            super::SetupError::Sys { source, .. } => source.raw_os_error().unwrap_or(0),
-            super::SetupError::Other { .. } => 0,
+            crate::SetupError::Sys { source, .. } => source.raw_os_error().unwrap_or(0),
+            crate::SetupError::Other { .. } => 0,
         };
         // Keep the message well under PIPE_BUF and the 4 KiB frame limit: a long path
         // in the detail must not make the whole report undecodable.
@@ -95,7 +95,7 @@ mod tests {
     #[test]
     fn a_long_failure_still_fits_in_one_message() {
         let long = std::path::PathBuf::from(format!("/{}", "é".repeat(4000)));
-        let err = crate::sandbox::SetupError::io(
+        let err = crate::SetupError::io(
             "mkdir",
             &long,
             &std::io::Error::from_raw_os_error(libc::ENAMETOOLONG),

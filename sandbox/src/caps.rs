@@ -1,6 +1,6 @@
 //! Capability layer: drop every capability (bounding set included) for the payload.
 
-use super::SetupError;
+use crate::SetupError;
 use caps::CapSet;
 
 fn err(step: &'static str, e: caps::errors::CapsError) -> SetupError {

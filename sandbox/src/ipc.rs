@@ -2,12 +2,12 @@
 //! SOCK_SEQPACKET socketpair. `Spawn` carries four fds by SCM_RIGHTS: the sealed code
 //! memfd and the job's stdin, stdout and stderr pipe ends.
 
-use crate::sandbox::report::{Failure, WaitStatus};
-use crate::sandbox::weaken::Weakening;
+use crate::plan::JobPlan;
+use crate::report::{Failure, WaitStatus};
+use crate::weaken::Weakening;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use vivarium_proto::{CgroupVersion, LandlockStatus};
-use vivarium_sandbox::plan::JobPlan;
 
 /// The spawner is started as `vivariumd <SPAWNER_ARG>` with the link on this fd.
 pub const SPAWNER_ARG: &str = "__spawner";
@@ -25,7 +25,7 @@ pub struct SpawnerConfig {
     /// delegated subtree is usable.
     pub rootless: bool,
     /// Layers left out of every job: empty except in the attack suite's test-only
-    /// binary (`crate::sandbox::weaken`). Set by the server itself, never by a client.
+    /// binary (`crate::weaken`). Set by the server itself, never by a client.
     pub weakening: Weakening,
 }
 
@@ -71,7 +71,7 @@ pub enum FromSpawner {
         landlock_abi: u32,
         /// What each job is shown of its own cgroup (`JobPlan::cgroup_view`); empty
         /// without cgroups.
-        cgroup_view: Vec<vivarium_sandbox::cgroup::ViewMount>,
+        cgroup_view: Vec<crate::cgroup::ViewMount>,
     },
     InitFailed(String),
     /// The payload exec'd the interpreter.

@@ -1,8 +1,8 @@
 //! rlimit layer: per-process limits that back up the cgroup limits.
 
-use super::SetupError;
+use crate::plan::RlimitPlan;
+use crate::SetupError;
 use nix::sys::resource::{setrlimit, Resource};
-use vivarium_sandbox::plan::RlimitPlan;
 
 /// No core dumps; a cap on open files and on the size of any file written; the job's
 /// share of the per-user budgets charged to the creator of its user namespace (queued

@@ -75,21 +75,21 @@ mod tests {
         let host_up: f64 = host.split_whitespace().next().unwrap().parse().unwrap();
         let (r, w) = nix::unistd::pipe().unwrap();
         // (The child and grandchild only make syscalls and exit.)
-        match vivarium_sandbox::sys::fork().unwrap() {
+        match crate::sys::fork().unwrap() {
             None => {
                 let ok = unshare_near_zero().is_ok();
-                match vivarium_sandbox::sys::fork() {
+                match crate::sys::fork() {
                     Ok(None) => {
                         let up = std::fs::read_to_string("/proc/uptime").unwrap_or_default();
                         let line = format!("{ok} {up}");
                         let _ = nix::unistd::write(&w, line.as_bytes());
-                        vivarium_sandbox::sys::exit_now(0);
+                        crate::sys::exit_now(0);
                     }
                     Ok(Some(child)) => {
                         let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(child), None);
-                        vivarium_sandbox::sys::exit_now(0);
+                        crate::sys::exit_now(0);
                     }
-                    Err(_) => vivarium_sandbox::sys::exit_now(1),
+                    Err(_) => crate::sys::exit_now(1),
                 }
             }
             Some(child) => {

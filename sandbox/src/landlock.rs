@@ -1,13 +1,13 @@
 //! Landlock layer: filesystem, TCP and scoping rules for the payload, applied after
 //! pivot_root (Landlock forbids later mounts) and before seccomp.
 
-use super::SetupError;
+use crate::plan::LandlockPlan;
+use crate::SetupError;
 use landlock::{
     Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, PathBeneath, PathFd, Ruleset,
     RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
 };
 use vivarium_proto::LandlockStatus;
-use vivarium_sandbox::plan::LandlockPlan;
 
 fn err(step: &'static str, e: impl std::fmt::Display) -> SetupError {
     SetupError::Other {

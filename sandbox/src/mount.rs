@@ -3,14 +3,14 @@
 //! Runs in the job's init, inside its new user and mount namespaces. The host's mount
 //! tree is made private first so nothing we do propagates back.
 
-use super::SetupError;
+use crate::cgroup::ViewMount;
+use crate::plan::MountStep;
+use crate::SetupError;
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use nix::sys::stat::Mode;
 use nix::sys::statvfs::{statvfs, FsFlags};
 use nix::unistd::{chdir, chown, pivot_root, Gid, Uid};
 use std::path::{Path, PathBuf};
-use vivarium_sandbox::cgroup::ViewMount;
-use vivarium_sandbox::plan::MountStep;
 
 const NONE: Option<&str> = None;
 
@@ -325,7 +325,7 @@ fn populate_as(steps: &[MountStep], owner: (u32, u32), build: Build) -> Result<(
     .map_err(|e| SetupError::nix("remount-root-ro", new_root, e))
 }
 
-/// A mount template (see `sandbox::template`): as host root, in a mount namespace of its
+/// A mount template (see `vivariumd::spawner::template`): as host root, in a mount namespace of its
 /// own, make the root tmpfs on `new_root`, execute the plan's shared steps in it (binds,
 /// files, devices, symlinks; empty mount points for the tmpfs mounts; a procfs of the
 /// builder's own pid namespace: a new procfs needs a fully visible one in the mount
@@ -348,7 +348,7 @@ pub enum FreshProc {
 
 /// A job forked from a zygote: the zygote's read-only root is already in place (the
 /// binds, files, devices and symlinks of `steps`; empty directories where `steps` has
-/// tmpfs mounts, see `sandbox::zygote::zygote_plan`); only the per-job mounts are made,
+/// tmpfs mounts, see `crate::zygote::zygote_plan`); only the per-job mounts are made,
 /// in a mount namespace of the job's own (a copy of the zygote's, owned by the same user
 /// namespace, so nothing in it is locked yet): fresh tmpfs mounts, a procfs that takes
 /// the place of the zygote's (detached), and the masks over it. A mask's source file is

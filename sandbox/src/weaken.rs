@@ -3,9 +3,9 @@
 //! reports ESCAPED once the layer that stops it is gone.
 //!
 //! Production can never reach it:
-//! - a [`Weakening`] is a plain parameter of [`crate::entry::main`]; no config file,
+//! - a [`Weakening`] is a plain parameter of `vivariumd::entry::main`; no config file,
 //!   profile or client request has a field that sets it (those parsers deny unknown
-//!   fields, which a test checks), and the `vivariumd` binary passes
+//!   fields, which a test in `vivariumd::entry` checks), and the `vivariumd` binary passes
 //!   [`Weakening::none`];
 //! - only the test-only binary `vivariumd-weakened` (crate `vivarium-e2e`, under
 //!   `tests/`) passes a non-empty one, taken from its command line, and only when
@@ -15,17 +15,17 @@
 //! - every outcome of a weakened daemon lists each dropped layer in its `not_enforced`
 //!   ([`Weakening::describe`]), so it can never pass for a full sandbox.
 //!
-//! [`SpawnerConfig`]: crate::spawner::link::SpawnerConfig
+//! [`SpawnerConfig`]: crate::ipc::SpawnerConfig
 
-use super::mount::{at, bind_ro, mkdir_p};
-use super::SetupError;
+use crate::cgroup::ViewMount;
+use crate::mount::{at, bind_ro, mkdir_p};
+use crate::plan::{MountStep, SANDBOX_GID, SANDBOX_UID};
+use crate::SetupError;
 use nix::mount::{mount, MsFlags};
 use nix::unistd::{Gid, Uid};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use vivarium_sandbox::cgroup::ViewMount;
-use vivarium_sandbox::plan::{MountStep, SANDBOX_GID, SANDBOX_UID};
 
 /// The variable without which a weakened spawner refuses to start.
 pub const TEST_ENV: &str = "VIVARIUM_TEST_WEAKENED";
@@ -339,7 +339,7 @@ pub(crate) fn init_after_fork(w: &Weakening) -> Result<(), SetupError> {
         nix::sys::prctl::set_dumpable(true)
             .map_err(|e| SetupError::errno("weak-init-dumpable", e))?;
         // (The credential change cleared the parent-death signal.)
-        vivarium_sandbox::sys::set_parent_death_signal(libc::SIGKILL)
+        crate::sys::set_parent_death_signal(libc::SIGKILL)
             .map_err(|e| SetupError::io("weak-init-pdeathsig", "/".as_ref(), &e))?;
     }
     if w.drops(Layer::PidNs) {
@@ -399,42 +399,5 @@ mod tests {
     fn production_weakening_is_empty() {
         assert!(Weakening::none().is_empty());
         assert!(Weakening::none().describe().is_empty());
-    }
-
-    /// No config file or profile can name a weakening: both parsers deny unknown keys,
-    /// at the top level and in every table.
-    #[test]
-    fn no_config_or_profile_key_reaches_it() {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../profiles");
-        let profile = std::fs::read_to_string(dir.join("default.toml")).unwrap();
-        assert!(toml::from_str::<crate::profile::ProfileFile>(&profile).is_ok());
-        for key in [
-            "weaken",
-            "weakening",
-            "weakened",
-            "drop_layers",
-            "test_weakened",
-        ] {
-            let line = format!("{key} = [\"landlock\"]\n");
-            assert!(
-                toml::from_str::<crate::config::Config>(&line).is_err(),
-                "{key}"
-            );
-            let top = format!("{line}{profile}");
-            assert!(toml::from_str::<crate::profile::ProfileFile>(&top).is_err());
-            for table in [
-                "[security]\n",
-                "[filesystem]\n",
-                "[limits]\n",
-                "[network]\n",
-            ] {
-                let nested = profile.replace(table, &format!("{table}{line}"));
-                assert_ne!(nested, profile, "{table}");
-                assert!(
-                    toml::from_str::<crate::profile::ProfileFile>(&nested).is_err(),
-                    "{key} in {table}"
-                );
-            }
-        }
     }
 }

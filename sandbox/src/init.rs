@@ -26,9 +26,11 @@
 //! A test-only [`Weakening`] (see `weaken.rs`) can leave steps out; production always
 //! passes an empty one.
 
-use super::report::{encode, Failure, InitMsg, PayloadMsg, WaitStatus};
-use super::weaken::{self, Layer, Weakening};
-use super::{caps, landlock, mount, rlimit, SetupError};
+use crate::plan::{JobPlan, SANDBOX_GID, SANDBOX_UID, SCRIPT_PATH};
+use crate::report::{encode, Failure, InitMsg, PayloadMsg, WaitStatus};
+use crate::sys;
+use crate::weaken::{self, Layer, Weakening};
+use crate::{caps, landlock, mount, rlimit, SetupError};
 use nix::sys::socket::MsgFlags;
 use nix::sys::wait::{waitpid, WaitStatus as NixWait};
 use nix::unistd::{Gid, Pid, Uid};
@@ -37,8 +39,6 @@ use std::ffi::CString;
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::PathBuf;
-use vivarium_sandbox::plan::{JobPlan, SANDBOX_GID, SANDBOX_UID, SCRIPT_PATH};
-use vivarium_sandbox::sys;
 
 /// Everything prepared before the clone, so the child only executes.
 pub struct Prepared {
@@ -373,7 +373,7 @@ fn init(
 /// Init's part once the payload is forked: relay the payload's setup report (`Running`
 /// or `Failed`), reap until the payload ends, then end and reap whatever it left
 /// (`everyone`: -1, or the payload's process group) and report `Exited`. Shared by a
-/// cold job's init and a zygote job's (`super::zygote`).
+/// cold job's init and a zygote job's (`crate::zygote`).
 pub(crate) fn supervise(
     payload: Pid,
     exec_r: OwnedFd,
@@ -383,7 +383,7 @@ pub(crate) fn supervise(
     let mut buf = Vec::new();
     let _ = std::fs::File::from(exec_r).read_to_end(&mut buf);
     let mut landlock = None;
-    for msg in super::report::decode_all::<PayloadMsg>(&mut buf) {
+    for msg in crate::report::decode_all::<PayloadMsg>(&mut buf) {
         match msg {
             PayloadMsg::Landlock(s) => landlock = Some(s),
             PayloadMsg::Failed(f) => {
@@ -475,15 +475,13 @@ const MEMFD_NOEXEC: &str = "/proc/sys/vm/memfd_noexec";
 /// writer's). `keep_namespaces`: a zygote keeps its namespace limits (it makes each
 /// forked job's), and so does a test-only weakened job.
 pub(super) fn set_user_ns_limits(keep_namespaces: bool) -> Result<(), SetupError> {
-    let zero = vivarium_sandbox::plan::NO_NAMESPACES
-        .iter()
-        .map(|n| (*n, 0));
+    let zero = crate::plan::NO_NAMESPACES.iter().map(|n| (*n, 0));
     let namespaces: Vec<(&str, u64)> = if keep_namespaces {
         Vec::new()
     } else {
         zero.collect()
     };
-    for (name, value) in vivarium_sandbox::plan::USER_NS_LIMITS
+    for (name, value) in crate::plan::USER_NS_LIMITS
         .iter()
         .copied()
         .chain(namespaces)

@@ -1,7 +1,7 @@
 
 
 # Vivarium's zygote (appended to the warm bootstrap's functions above; see
-# daemon/src/sandbox/zygote.rs). It runs in a sandbox of its own as uid 0 of that
+# sandbox/src/zygote.rs). It runs in a sandbox of its own as uid 0 of that
 # sandbox's user namespace, and never runs a job: it preloads, then for each request on
 # its control socket (fd 3) forks a child that becomes one job's sandbox. The request
 # loop and the per-job setup are Rust, in the zygote library (fd 4), called once with
