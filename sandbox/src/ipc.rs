@@ -83,7 +83,7 @@ pub enum FromSpawner {
         job_id: u64,
         report: Box<JobReport>,
     },
-    /// A job with `JobPlan::egress`: the listener on `127.0.0.1:EGRESS_PORT` in its
+    /// A job with `NetworkPlan::Egress`: the listener on `127.0.0.1:EGRESS_PORT` in its
     /// network namespace, attached (SCM_RIGHTS). Sent right after the clone, before any
     /// other message about the job. Appended: older variants keep their tags.
     Egress {

@@ -45,7 +45,7 @@ pub const NO_NAMESPACES: &[&str] = &[
 /// each job's own.
 pub const ZYGOTE_JOB_IDS: u32 = 100_000;
 
-/// The egress proxy's port on the loopback of a sandbox with [`JobPlan::egress`] (its
+/// The egress proxy's port on the loopback of a sandbox with [`NetworkPlan::Egress`] (its
 /// own network namespace: no other listener can hold it).
 pub const EGRESS_PORT: u16 = 3128;
 

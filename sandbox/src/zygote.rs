@@ -18,7 +18,7 @@
 //!    namespaces, mounts the job's fresh tmpfs mounts, procfs and masks over the
 //!    zygote's and its own cgroup read-only at /sys/fs/cgroup, sets the hostname and
 //!    the rlimits, then forks the payload and stays as its reaper (the same code as a
-//!    cold job's init: [`crate::init::supervise`]).
+//!    cold job's init: `init::supervise`).
 //! 3. the payload (init's fork, the one copy that returns to the interpreter) unshares
 //!    a user namespace of its own, whose maps init writes (uid and gid 1000 to the ids
 //!    of the job's id slot in the zygote's namespace, `plan::ZYGOTE_JOB_IDS`: the

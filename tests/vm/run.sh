@@ -56,18 +56,18 @@ flock -w 1800 9 || { echo "tests/vm/run.sh: cache $CACHE is locked by another ru
 log "host tools"
 timed tools 900 "$here/host-tools.sh"
 
-log "host build: cargo build --release (vivariumd, viv) and the daemon's unit-test binary"
+log "host build: cargo build --release (vivariumd, viv) and the sandbox crate's unit-test binary (the cgroup kernel tests)"
 timed build 2400 cargo build --release --locked -p vivariumd -p vivarium-client -p vivarium-zygote
 # viv as dist/install.sh builds it: statically linked (the guest's checks run jobs with it).
 timed build-viv 600 cargo rustc --release --locked -p vivarium-client --bin viv -- -C target-feature=+crt-static
-timed test-build 2400 cargo test --locked -p vivariumd --lib --no-run
-test_bin=$(cargo test --locked -p vivariumd --lib --no-run --message-format=json 2>/dev/null \
+timed test-build 2400 cargo test --locked -p vivarium-sandbox --lib --no-run
+test_bin=$(cargo test --locked -p vivarium-sandbox --lib --no-run --message-format=json 2>/dev/null \
   | python3 -c 'import json,sys
 for l in sys.stdin:
     m = json.loads(l)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["lib"]:
         print(m["executable"])')
-[ -x "$test_bin" ] || { echo "VIVARIUM-VM-RESULT: pass=0 fail=1 (no daemon test binary)"; exit 1; }
+[ -x "$test_bin" ] || { echo "VIVARIUM-VM-RESULT: pass=0 fail=1 (no sandbox test binary)"; exit 1; }
 
 stamp=$(cat "$here/packages.txt" "$here/build-image.sh" | sha256sum | cut -d' ' -f1)
 if [ "${VIVARIUM_VM_REBUILD:-0}" != 1 ] && [ -f "$CACHE/image.stamp" ] && [ "$(cat "$CACHE/image.stamp")" = "$stamp" ] \
@@ -86,7 +86,7 @@ mkdir -p "$payload/target/release" "$payload/target/vm-tests" "$payload/tests" "
 cp -r "$repo/dist" "$repo/profiles" "$payload/"
 cp -r "$here" "$payload/tests/vm"
 cp "$target/release/vivariumd" "$target/release/viv" "$target/release/libvivarium_zygote.so" "$payload/target/release/"
-cp "$test_bin" "$payload/target/vm-tests/vivariumd-lib"
+cp "$test_bin" "$payload/target/vm-tests/sandbox-lib"
 
 serial="$WORK/serial.log"
 qemu_pid=""

@@ -321,9 +321,9 @@ else
 fi
 
 # (At least one test must have run: a filter that matches nothing also says "ok".)
-step "the daemon's cgroup v2 kernel tests (host-built test binary)"
-if [ -x "$P/target/vm-tests/vivariumd-lib" ]; then
-  check kernel_v2_tests bash -c "cd /tmp && VIVARIUM_REQUIRE_CGROUP2=1 timeout 600 $P/target/vm-tests/vivariumd-lib --test-threads=1 cgroup::kernel_tests::kernel_v2 2>&1 | tail -15 | tee $OUT/kernel-tests.txt | grep -Eq 'test result: ok\\. [1-9][0-9]* passed'"
+step "the cgroup v2 kernel tests of vivarium-sandbox (host-built test binary)"
+if [ -x "$P/target/vm-tests/sandbox-lib" ]; then
+  check kernel_v2_tests bash -c "cd /tmp && VIVARIUM_REQUIRE_CGROUP2=1 timeout 600 $P/target/vm-tests/sandbox-lib --test-threads=1 cgroup::kernel_tests::kernel_v2 2>&1 | tail -15 | tee $OUT/kernel-tests.txt | grep -Eq 'test result: ok\\. [1-9][0-9]* passed'"
 else
   bad kernel_v2_tests "no test binary in the payload"
 fi
