@@ -370,9 +370,24 @@ mod tests {
         // The pid namespace takes memfd_noexec with it (a per-pid-namespace sysctl).
         assert!(w.drops(Layer::MemfdNoexec));
         assert_eq!(w.describe().len(), 5);
-        assert!(Weakening::parse(&["nope".into()], &[]).is_err());
-        assert!(Weakening::parse(&[], &["rel:/x".into()]).is_err());
-        assert!(Weakening::parse(&[], &["/a:/b:rx".into()]).is_err());
+        // Each refusal says what was wrong with what.
+        let refused = |layers: &[&str], exposes: &[&str]| {
+            let own = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+            Weakening::parse(&own(layers), &own(exposes)).expect_err("refused")
+        };
+        assert_eq!(refused(&["nope"], &[]), "unknown layer \"nope\"");
+        assert_eq!(
+            refused(&[], &["rel:/x"]),
+            "--expose \"rel:/x\": absolute SOURCE:TARGET[:rw] only"
+        );
+        assert_eq!(
+            refused(&[], &["/a:/b:rx"]),
+            "--expose \"/a:/b:rx\": unknown mode \"rx\""
+        );
+        assert_eq!(
+            refused(&[], &["/a"]),
+            "--expose \"/a\": want SOURCE:TARGET[:rw]"
+        );
     }
 
     #[test]
