@@ -138,10 +138,15 @@ pub fn run(args: InitArgs<'_>) -> ! {
     .chain(&fds.attach)
     .map(|f| f.as_raw_fd() as u32)
     .collect::<Vec<_>>();
-    if !args.weakening.drops(Layer::CloseFds)
-        && sys::close_all_except(&[&keep[..], &[0, 1, 2]].concat()).is_err()
-    {
-        sys::exit_now(120);
+    if !args.weakening.drops(Layer::CloseFds) {
+        // SAFETY: init is a fresh clone of the spawner and goes on with `keep` and stdio
+        // alone; the spawner's objects for the other fds (its link, other jobs' pipes)
+        // are never used in it.
+        #[allow(unsafe_code)]
+        let closed = unsafe { sys::close_all_except(&[&keep[..], &[0, 1, 2]].concat()) };
+        if closed.is_err() {
+            sys::exit_now(120);
+        }
     }
     let InitArgs {
         plan,
@@ -351,9 +356,13 @@ fn init(
         let _ = nix::unistd::write(&exec_w, &msg);
         sys::exit_now(127)
     };
-    let payload = Pid::from_raw(
-        sys::vfork_run(&mut child).map_err(|e| SetupError::io("clone", "payload".as_ref(), &e))?,
-    );
+    // SAFETY: init is single-threaded and installs no signal handler; `child` ends in
+    // execve or exit_now, and moves or drops nothing of init's (it borrows the plan and
+    // the fds, and allocates only its own).
+    #[allow(unsafe_code)]
+    let forked = unsafe { sys::vfork_run(&mut child) };
+    let payload =
+        Pid::from_raw(forked.map_err(|e| SetupError::io("clone", "payload".as_ref(), &e))?);
     // The payload has the only copies of stdio that matter: EOF reaches the server
     // as soon as the job's processes are gone.
     drop((fds.stdin, fds.stdout, fds.stderr, fds.extra, exec_w));

@@ -34,9 +34,15 @@ pub enum Forked {
 /// space and continues from here) plus namespace flags, a pidfd, and optionally
 /// `CLONE_INTO_CGROUP`.
 ///
+/// # Safety
+///
 /// The caller must be single-threaded (the spawner is), so that the child does not
-/// inherit locks held by threads that do not exist in it.
-pub fn clone3(namespaces: libc::c_int, cgroup: Option<BorrowedFd<'_>>) -> io::Result<Forked> {
+/// inherit locks (the allocator's, stdio's) held by threads that do not exist in it; the
+/// child then owns a copy of everything the caller owned.
+pub unsafe fn clone3(
+    namespaces: libc::c_int,
+    cgroup: Option<BorrowedFd<'_>>,
+) -> io::Result<Forked> {
     let mut pidfd: RawFd = -1;
     let mut args = CloneArgs {
         flags: (namespaces as u64) | libc::CLONE_PIDFD as u64,
@@ -187,14 +193,19 @@ pub fn lock_securebits() -> io::Result<()> {
 /// copied, nothing is copied on write, and the exec has no copy to tear down. Returns
 /// the child's pid once it has exec'd or exited.
 ///
-/// `child` runs on the caller's memory, so it must end in execve or [`exit_now`] and
-/// must not drop or move anything the caller owns (it may allocate and free its own).
-/// The caller must be single-threaded and have no signal handler that could run in the
+/// Credentials, capabilities, Landlock, seccomp, the fd table and the working directory
+/// are the child's own (no CLONE_FILES, CLONE_FS or CLONE_THREAD).
+///
+/// # Safety
+///
+/// `child` runs on the caller's memory: it must end in execve or [`exit_now`] and must
+/// not drop or move anything the caller owns (it may allocate and free its own). The
+/// caller must be single-threaded and have no signal handler that could run in the
 /// child before its exec (the spawner and the job's init install none; Rust's stack
-/// overflow handler only resets itself). Credentials, capabilities, Landlock, seccomp,
-/// the fd table and the working directory are the child's own (no CLONE_FILES, CLONE_FS
-/// or CLONE_THREAD).
-pub fn vfork_run(child: &mut dyn FnMut() -> std::convert::Infallible) -> io::Result<libc::pid_t> {
+/// overflow handler only resets itself).
+pub unsafe fn vfork_run(
+    child: &mut dyn FnMut() -> std::convert::Infallible,
+) -> io::Result<libc::pid_t> {
     const STACK: usize = 1 << 20;
     const GUARD: usize = 64 << 10;
     #[allow(unreachable_code)] // (`child` never returns)
@@ -244,11 +255,17 @@ pub fn vfork_run(child: &mut dyn FnMut() -> std::convert::Infallible) -> io::Res
 /// `fork(2)` through glibc (its fork handlers run, and the child's thread descriptor
 /// gets its own tid, which a raw `clone` would leave at the parent's: `raise` in the
 /// child would signal the parent). `Ok(Some(child))` in the parent, `Ok(None)` in the
-/// child. For the zygote and the job's init it forks, both single-threaded: the zygote
-/// checks that it has one thread before it serves.
-pub fn fork() -> io::Result<Option<libc::pid_t>> {
-    // SAFETY: the callers are single-threaded, so the child's copy holds no lock that a
-    // thread missing from it took; both sides go on with memory each owns.
+/// child. For the zygote and the job's init it forks, both single-threaded: the zygote's
+/// bootstrap checks that it has one thread before it serves.
+///
+/// # Safety
+///
+/// The caller must be single-threaded, or the child must make only calls that take no
+/// lock another thread may hold (glibc's fork makes malloc safe in the child; stdio and
+/// Rust's own locks are not), until it execs or exits.
+pub unsafe fn fork() -> io::Result<Option<libc::pid_t>> {
+    // SAFETY: the caller's contract above: the child's copy holds no lock it will need
+    // that a thread missing from it took; both sides go on with memory each owns.
     match unsafe { libc::fork() } {
         -1 => Err(io::Error::last_os_error()),
         0 => Ok(None),
@@ -375,7 +392,14 @@ pub fn landlock_abi() -> u32 {
 }
 
 /// Close every fd except those in `keep` (close_range over the gaps, linux 5.9).
-pub fn close_all_except(keep: &[u32]) -> io::Result<()> {
+///
+/// # Safety
+///
+/// Every open fd not in `keep` must be owned by nothing the caller will use again (an
+/// `OwnedFd`, a `File` or a socket object for it would later close or use a number that
+/// may by then name another file): true in a freshly cloned or forked child, which only
+/// goes on with the fds it keeps.
+pub unsafe fn close_all_except(keep: &[u32]) -> io::Result<()> {
     let mut keep = keep.to_vec();
     keep.sort_unstable();
     let mut first = 0u32;
@@ -428,18 +452,21 @@ pub fn spawn_with_fd3(
     child
 }
 
-/// Take ownership of a descriptor the service manager passed at exec (socket
-/// activation, `sd_listen_fds(3)`). Call it once per descriptor, at startup, before
-/// anything else in this process could have wrapped or closed it.
-pub fn adopt_inherited_fd(fd: RawFd) -> io::Result<OwnedFd> {
+/// Take ownership of a descriptor this process was given at exec (socket activation's
+/// `sd_listen_fds(3)`, the spawner's link on fd 3). Fails with EBADF if it is not open.
+///
+/// # Safety
+///
+/// Nothing else in the process may own `fd`: call it once per descriptor, at startup,
+/// before anything could have wrapped or closed it.
+pub unsafe fn adopt_inherited_fd(fd: RawFd) -> io::Result<OwnedFd> {
     // SAFETY: F_GETFD only inspects the descriptor table; it fails with EBADF if `fd`
     // is not open, so we never wrap a closed number.
     if unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1 {
         return Err(io::Error::last_os_error());
     }
-    // SAFETY: `fd` is open (checked above) and was inherited from the service manager
-    // for this process; nothing else in the process owns it (the caller adopts each
-    // passed descriptor once, at startup), so the OwnedFd is its sole owner.
+    // SAFETY: `fd` is open (checked above), and the caller's contract makes the OwnedFd
+    // its sole owner.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
@@ -569,7 +596,11 @@ mod tests {
             let _ = nix::unistd::close(r.as_raw_fd());
             exit_now(3)
         };
-        let pid = vfork_run(&mut child).unwrap();
+        // SAFETY: the child only sets a Cell it was lent, closes an fd number and
+        // exits: it takes no lock and touches nothing the harness's other threads use
+        // (they run meanwhile, the test thread is suspended), and no signal handler of
+        // this process runs Rust code.
+        let pid = unsafe { vfork_run(&mut child) }.unwrap();
         assert_eq!(
             seen.get(),
             7,

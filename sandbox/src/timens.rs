@@ -74,11 +74,19 @@ mod tests {
         let host = std::fs::read_to_string("/proc/uptime").unwrap();
         let host_up: f64 = host.split_whitespace().next().unwrap().parse().unwrap();
         let (r, w) = nix::unistd::pipe().unwrap();
-        // (The child and grandchild only make syscalls and exit.)
-        match crate::sys::fork().unwrap() {
+        // The test harness has other threads, but the child and grandchild only make
+        // syscalls, allocate (glibc's fork makes malloc safe in the child) and exit:
+        // they take no stdio or Rust lock.
+        #[allow(unsafe_code)]
+        // SAFETY: as just said.
+        let forked = unsafe { crate::sys::fork() }.unwrap();
+        match forked {
             None => {
                 let ok = unshare_near_zero().is_ok();
-                match crate::sys::fork() {
+                #[allow(unsafe_code)]
+                // SAFETY: as for the child's fork above.
+                let grandchild = unsafe { crate::sys::fork() };
+                match grandchild {
                     Ok(None) => {
                         let up = std::fs::read_to_string("/proc/uptime").unwrap_or_default();
                         let line = format!("{ok} {up}");

@@ -264,7 +264,12 @@ enum Forked {
 /// zygote closes its own copies). An `Err` is the zygote's: no child exists.
 fn fork_job(plan: &mut [u8], in_init: impl FnOnce() -> Vec<OwnedFd>) -> std::io::Result<Forked> {
     new_pid_namespace()?;
-    if let Some(init) = sys::fork()? {
+    // SAFETY: the zygote is single-threaded: its bootstrap keeps the preloads' thread
+    // pools at one and refuses to serve unless /proc/self/task lists one thread
+    // (zygote_bootstrap.py), and `serve` starts none.
+    #[allow(unsafe_code)]
+    let forked = unsafe { sys::fork() }?;
+    if let Some(init) = forked {
         return Ok(Forked::Zygote(init));
     }
     // The job's init, pid 1 of the new pid namespace.
@@ -272,7 +277,10 @@ fn fork_job(plan: &mut [u8], in_init: impl FnOnce() -> Vec<OwnedFd>) -> std::io:
         sys::exit_now(122);
     }
     let state = job_prepare(plan, in_init());
-    match sys::fork() {
+    // SAFETY: init is the zygote's fork, single-threaded like it.
+    #[allow(unsafe_code)]
+    let forked = unsafe { sys::fork() };
+    match forked {
         Ok(Some(payload)) => job_init(state, payload),
         Ok(None) => {
             job_payload(state);
@@ -329,7 +337,12 @@ fn job_prepare(plan: &mut [u8], fds: Vec<OwnedFd>) -> JobState {
         .chain([status.as_raw_fd(), 0, 1, 2])
         .map(|fd| fd as u32)
         .collect();
-    if sys::close_all_except(&keep).is_err() {
+    // SAFETY: init is a fresh fork of the zygote and goes on with `keep` alone (the job's
+    // fds, its status pipe, 0-2): the zygote's objects for the others (its control
+    // socket, the library's fd) are never used in it.
+    #[allow(unsafe_code)]
+    let closed = unsafe { sys::close_all_except(&keep) };
+    if closed.is_err() {
         fail(
             &status,
             &SetupError::Other {
@@ -514,8 +527,11 @@ fn payload(
     for fd in stdio {
         let _ = fd.into_raw_fd();
     }
-    sys::close_all_except(&[0, 1, 2, exec_w.as_raw_fd() as u32])
-        .map_err(|e| SetupError::io("close_range", "/".as_ref(), &e))?;
+    // SAFETY: the payload goes on with stdio and the report pipe alone: the stdio
+    // originals were released just above, and nothing else it holds is used again.
+    #[allow(unsafe_code)]
+    let closed = unsafe { sys::close_all_except(&[0, 1, 2, exec_w.as_raw_fd() as u32]) };
+    closed.map_err(|e| SetupError::io("close_range", "/".as_ref(), &e))?;
     nix::unistd::chdir("/work").map_err(|e| SetupError::errno("chdir", e))?;
     drop_privileges(false)?;
     // Leaving uid 0 made the process non-dumpable; a cold payload is dumpable again

@@ -40,7 +40,10 @@ pub fn take_listen_fd() -> Result<Option<OwnedFd>, ActivationError> {
     }
     match fds.as_slice() {
         [] => Ok(None),
-        [fd] => vivarium_sandbox::sys::adopt_inherited_fd(*fd)
+        // SAFETY: called once, at startup, before anything in the daemon could have
+        // wrapped the descriptor systemd passed (and the variables naming it are gone).
+        #[allow(unsafe_code)]
+        [fd] => unsafe { vivarium_sandbox::sys::adopt_inherited_fd(*fd) }
             .map(Some)
             .map_err(|source| ActivationError::Fd { fd: *fd, source }),
         _ => Err(ActivationError::Count { count: fds.len() }),

@@ -14,7 +14,7 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::socket::{send, MsgFlags};
 use nix::unistd::Pid;
 use std::io::{Read, Write};
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use vivarium_proto::CgroupVersion;
@@ -215,9 +215,16 @@ fn open_ns(path: &str) -> std::io::Result<OwnedFd> {
 
 /// Entry point of `vivariumd __spawner`. The link socket is fd 3.
 pub fn main() -> ! {
-    // SAFETY: the daemon passes the link socket as fd 3 and nothing else owns it.
+    // SAFETY: the daemon passes the link socket as fd 3 (`sys::spawn_with_fd3`), and
+    // this is the first thing the spawner does: nothing else owns it yet.
     #[allow(unsafe_code)]
-    let link = unsafe { OwnedFd::from_raw_fd(LINK_FD) };
+    let link = match unsafe { sys::adopt_inherited_fd(LINK_FD) } {
+        Ok(fd) => fd,
+        Err(e) => {
+            eprintln!("vivariumd spawner: no link socket on fd {LINK_FD}: {e}");
+            sys::exit_now(1);
+        }
+    };
     // Dispositions and mask as a fresh process has them, not as the daemon was started
     // with (ignored and blocked signals survive execve, and every job's init and
     // payload are clones of this process).
@@ -905,7 +912,10 @@ impl Spawner {
         // The job's mount namespace as a copy of its plan's template (see `template`);
         // the spawner is in the template's namespace only around the clone3.
         let on_template = !plan.is_zygote && self.templates.enter(plan);
-        let forked = sys::clone3(flags, cgroup.and_then(|c| c.dir_fd()));
+        // SAFETY: the spawner is single-threaded (its own process, one poll loop, no
+        // threads started), so the child's copy holds no lock another thread took.
+        #[allow(unsafe_code)]
+        let forked = unsafe { sys::clone3(flags, cgroup.and_then(|c| c.dir_fd())) };
         if timed && !matches!(forked, Ok(sys::Forked::Child)) {
             self.leave_time_ns(forked.as_ref().ok());
         }

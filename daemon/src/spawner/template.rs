@@ -167,12 +167,19 @@ fn build(root: &Path, steps: &[MountStep]) -> std::io::Result<OwnedFd> {
         None,
         SockFlag::SOCK_CLOEXEC,
     )?;
-    match sys::clone3(libc::CLONE_NEWNS | libc::CLONE_NEWPID, None)? {
+    // SAFETY: called by the spawner, which is single-threaded.
+    #[allow(unsafe_code)]
+    let forked = unsafe { sys::clone3(libc::CLONE_NEWNS | libc::CLONE_NEWPID, None) }?;
+    match forked {
         sys::Forked::Child => {
             std::panic::set_hook(Box::new(|_| sys::exit_now(123)));
             // Nothing of the spawner's (its link, other jobs' pipes) stays open here.
             let keep = [0, 1, 2, child.as_raw_fd() as u32];
-            if sys::close_all_except(&keep).is_err() {
+            // SAFETY: a fresh clone of the spawner that goes on with `child` and stdio
+            // alone; the spawner's objects for the other fds are never used here.
+            #[allow(unsafe_code)]
+            let closed = unsafe { sys::close_all_except(&keep) };
+            if closed.is_err() {
                 sys::exit_now(120);
             }
             let built = mount::build_template(root, steps)
