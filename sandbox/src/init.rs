@@ -26,11 +26,12 @@
 //! A test-only [`Weakening`] (see `weaken.rs`) can leave steps out; production always
 //! passes an empty one.
 
+use crate::confine::{confine, Confine, OtherFds, Privileges};
 use crate::plan::{JobPlan, SANDBOX_GID, SANDBOX_UID, SCRIPT_PATH};
 use crate::report::{encode, Failure, InitMsg, PayloadMsg, WaitStatus};
 use crate::sys;
 use crate::weaken::{self, Layer, Weakening};
-use crate::{caps, landlock, mount, rlimit, SetupError};
+use crate::{caps, mount, rlimit, SetupError};
 use nix::sys::socket::MsgFlags;
 use nix::sys::wait::{waitpid, WaitStatus as NixWait};
 use nix::unistd::{Gid, Pid, Uid};
@@ -534,39 +535,7 @@ fn payload(
     (kernel_landlock_abi, rootless, weakening): (u32, bool, &Weakening),
     exec_w: &OwnedFd,
 ) -> Result<std::convert::Infallible, SetupError> {
-    // 5. Own session, stdio on 0/1/2, everything else gone at execve; every signal at
-    //    its default action and none blocked (not the daemon's inherited dispositions).
-    nix::unistd::setsid().map_err(|e| SetupError::errno("setsid", e))?;
-    sys::reset_signals().map_err(|e| SetupError::io("signals", "/".as_ref(), &e))?;
-    for (target, fd) in stdio.iter().enumerate() {
-        sys::dup_onto(fd.as_fd(), target as i32)
-            .map_err(|e| SetupError::io("dup2", "stdio".as_ref(), &e))?;
-    }
-    for (i, fd) in extra.iter().enumerate() {
-        sys::dup_onto(fd.as_fd(), 3 + i as i32)
-            .map_err(|e| SetupError::io("dup2", "extra".as_ref(), &e))?;
-    }
-    if !weakening.drops(Layer::CloseFds) {
-        sys::cloexec_from(3 + extra.len() as u32)
-            .map_err(|e| SetupError::io("close_range", "/".as_ref(), &e))?;
-    }
-    nix::unistd::chdir("/work").map_err(|e| SetupError::errno("chdir", e))?;
-
-    // 6. Capabilities, then identity. (A zygote keeps its capabilities in this user
-    //    namespace, and has neither Landlock nor seccomp: it makes each job's
-    //    namespaces and mounts, and every job drops them and applies both layers.)
-    if !weakening.drops(Layer::Caps) && !plan.is_zygote {
-        drop_privileges(rootless)?;
-    }
-
-    // 7. no_new_privs, Landlock, seccomp last.
-    sys::set_no_new_privs().map_err(|e| SetupError::io("no_new_privs", "/".as_ref(), &e))?;
-    let status = if weakening.drops(Layer::Landlock) || plan.is_zygote {
-        vivarium_proto::LandlockStatus::NotEnforced
-    } else {
-        landlock::apply(&plan.landlock, kernel_landlock_abi)?
-    };
-    let report = encode(&PayloadMsg::Landlock(status));
+    // The exec's vectors first: nothing is allocated once the filters are in place.
     let argv: Vec<*const libc::c_char> = prepared
         .argv
         .iter()
@@ -579,20 +548,37 @@ fn payload(
         .map(|a| a.as_ptr())
         .chain(std::iter::once(std::ptr::null()))
         .collect();
-    let filters: &[BpfProgram] = if weakening.drops(Layer::Seccomp) {
-        &[]
-    } else {
-        &prepared.filters
-    };
-    for filter in filters {
-        seccompiler::apply_filter(filter).map_err(|e| SetupError::Other {
-            step: "seccomp",
-            detail: e.to_string(),
-        })?;
-    }
-    // Report only now that every layer is in place: a payload that dies before this
-    // line is a setup failure, never "running". (write is on the allowlist.)
-    nix::unistd::write(exec_w, &report).map_err(|e| SetupError::errno("report", e))?;
+    // 5-7. The confinement, the same steps as a forked payload's (`confine`: C1-C6).
+    //    A zygote's own start keeps its capabilities in this user namespace, and gets
+    //    neither Landlock nor seccomp: it makes each job's namespaces and mounts, and
+    //    every job drops them and applies both layers.
+    confine(Confine {
+        stdio: *stdio,
+        extra,
+        // Not the daemon's inherited dispositions and mask.
+        reset_signals: true,
+        other_fds: if weakening.drops(Layer::CloseFds) {
+            OtherFds::Keep
+        } else {
+            OtherFds::CloseOnExec
+        },
+        privileges: if weakening.drops(Layer::Caps) || plan.is_zygote {
+            Privileges::Keep
+        } else {
+            Privileges::Drop {
+                rootless,
+                dumpable_again: false,
+            }
+        },
+        landlock: (!weakening.drops(Layer::Landlock) && !plan.is_zygote)
+            .then_some((&plan.landlock, kernel_landlock_abi)),
+        filters: if weakening.drops(Layer::Seccomp) {
+            &[]
+        } else {
+            &prepared.filters
+        },
+        report: exec_w,
+    })?;
 
     // 8. execve; seccomp must allow it (it is the last syscall of our setup).
     let err = sys::execve(&prepared.exe, &argv, &envp);

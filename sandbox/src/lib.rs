@@ -14,6 +14,7 @@
 
 pub mod caps;
 pub mod cgroup;
+mod confine;
 pub mod init;
 pub mod ipc;
 pub mod landlock;

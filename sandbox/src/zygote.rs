@@ -31,16 +31,17 @@
 //! [`serve`] is called through the zygote library (crate `vivarium-zygote`); it is here
 //! so that the job's setup is the same code as a cold job's.
 
-use crate::init::{drop_privileges, supervise, Prepared};
+use crate::confine::{confine, Confine, OtherFds, Privileges};
+use crate::init::{supervise, Prepared};
 use crate::plan::{JobPlan, MountStep, SANDBOX_GID, SANDBOX_UID, WARM_BOOTSTRAP, ZYGOTE_JOB_IDS};
 use crate::report::{encode, Failure, InitMsg, PayloadMsg};
 use crate::sys;
-use crate::{landlock, mount, rlimit, SetupError};
+use crate::{mount, rlimit, SetupError};
 use nix::sched::CloneFlags;
 use nix::sys::socket::MsgFlags;
 use nix::unistd::Pid;
 use std::io::{Read, Write};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, IntoRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::Mutex;
 
 /// The zygote's control socket (SOCK_SEQPACKET to the spawner) inside its interpreter.
@@ -516,37 +517,24 @@ fn payload(
     }
     // This job's own user namespace: its limits, as a cold job's init sets them.
     crate::init::set_user_ns_limits(false)?;
-    // As a cold payload from here (init.rs steps 5 to 7), without the execve.
-    nix::unistd::setsid().map_err(|e| SetupError::errno("setsid", e))?;
-    for (target, fd) in stdio.iter().enumerate() {
-        sys::dup_onto(fd.as_fd(), target as i32)
-            .map_err(|e| SetupError::io("dup2", "stdio".as_ref(), &e))?;
-    }
-    // No execve will close them: every fd but stdio and the report pipe goes now
-    // (including the originals of the stdio copies, released here to be closed there).
-    for fd in stdio {
-        let _ = fd.into_raw_fd();
-    }
-    // SAFETY: the payload goes on with stdio and the report pipe alone: the stdio
-    // originals were released just above, and nothing else it holds is used again.
-    #[allow(unsafe_code)]
-    let closed = unsafe { sys::close_all_except(&[0, 1, 2, exec_w.as_raw_fd() as u32]) };
-    closed.map_err(|e| SetupError::io("close_range", "/".as_ref(), &e))?;
-    nix::unistd::chdir("/work").map_err(|e| SetupError::errno("chdir", e))?;
-    drop_privileges(false)?;
-    // Leaving uid 0 made the process non-dumpable; a cold payload is dumpable again
-    // after its execve (its own children may read its /proc entries): so is this one.
-    // init stays non-dumpable, and its host uid is not ours.
-    sys::set_dumpable(true).map_err(|e| SetupError::io("dumpable", "/".as_ref(), &e))?;
-    sys::set_no_new_privs().map_err(|e| SetupError::io("no_new_privs", "/".as_ref(), &e))?;
-    let status = landlock::apply(&plan.landlock, sys::landlock_abi())?;
-    for filter in &prepared.filters {
-        seccompiler::apply_filter(filter).map_err(|e| SetupError::Other {
-            step: "seccomp",
-            detail: e.to_string(),
-        })?;
-    }
-    nix::unistd::write(exec_w, &encode(&PayloadMsg::Landlock(status)))
-        .map_err(|e| SetupError::errno("report", e))?;
-    Ok(())
+    // The confinement, the same steps as a cold payload's (`confine`: C1-C6), without
+    // the execve: no execve will close the other fds, so they go now. The interpreter's
+    // own signal handlers (SIGINT's) stay; init reset SIGCHLD and the mask.
+    let confined = confine(Confine {
+        stdio: [stdio[0].as_fd(), stdio[1].as_fd(), stdio[2].as_fd()],
+        extra: &[],
+        reset_signals: false,
+        other_fds: OtherFds::CloseNow,
+        privileges: Privileges::Drop {
+            rootless: false,
+            dumpable_again: true,
+        },
+        landlock: Some((&plan.landlock, sys::landlock_abi())),
+        filters: &prepared.filters,
+        report: exec_w,
+    });
+    // `CloseNow` closed the stdio originals' numbers (their copies are on 0-2): never
+    // close them again, whatever took those numbers since.
+    std::mem::forget(stdio);
+    confined
 }
