@@ -205,28 +205,49 @@ pub const SLEEPER: &str = "import time\nprint('ready', flush=True)\ntime.sleep(6
 /// Await the job's events until its stdout contains `needle` (30 s at most); panics if the
 /// job ends first.
 pub async fn wait_for_stdout(handle: &mut JobHandle<'_>, needle: &str) {
+    read_stdout_until(handle, needle, |text| text.contains(needle).then_some(())).await
+}
+
+/// The first whole line (without its newline) of the job's stdout that starts with
+/// `prefix`, once it has arrived (30 s at most); panics if the job ends first.
+pub async fn stdout_line(handle: &mut JobHandle<'_>, prefix: &str) -> String {
+    read_stdout_until(handle, prefix, |text| {
+        text.split_inclusive('\n')
+            .find(|l| l.starts_with(prefix) && l.ends_with('\n'))
+            .map(|l| l.trim_end_matches('\n').to_owned())
+    })
+    .await
+}
+
+/// Read the job's events until `found` answers for its stdout so far (30 s at most);
+/// panics, naming `what`, if the job ends first.
+async fn read_stdout_until<T>(
+    handle: &mut JobHandle<'_>,
+    what: &str,
+    found: impl Fn(&str) -> Option<T>,
+) -> T {
     let mut seen = Vec::new();
     let wait = async {
         loop {
             match handle.next_event().await {
                 Ok(Some(JobEvent::Output(Stream::Stdout, bytes))) => {
                     seen.extend_from_slice(&bytes);
-                    if String::from_utf8_lossy(&seen).contains(needle) {
-                        return;
+                    if let Some(v) = found(&String::from_utf8_lossy(&seen)) {
+                        return v;
                     }
                 }
                 Ok(Some(JobEvent::Finished(outcome))) => {
-                    panic!("the job ended before printing {needle:?}: {outcome:#?}")
+                    panic!("the job ended before printing {what:?}: {outcome:#?}")
                 }
                 Ok(Some(_)) => {}
-                Ok(None) => panic!("the job was over before printing {needle:?}"),
-                Err(e) => panic!("waiting for {needle:?}: {e:?}"),
+                Ok(None) => panic!("the job was over before printing {what:?}"),
+                Err(e) => panic!("waiting for {what:?}: {e:?}"),
             }
         }
     };
     tokio::time::timeout(Duration::from_secs(30), wait)
         .await
-        .unwrap_or_else(|_| panic!("no {needle:?} on stdout within 30 s"));
+        .unwrap_or_else(|_| panic!("no {what:?} on stdout within 30 s"))
 }
 
 /// Await the job's `Finished` (at most [`JOB_TIMEOUT`]).

@@ -21,18 +21,10 @@ async fn outcome(handle: &mut vivarium_e2e::JobHandle<'_>) -> vivarium_e2e::prot
 /// and the job's payload (the init's child), while one job runs.
 fn zygote_family(daemon: &Daemon) -> Option<(i32, i32, i32)> {
     let procs = daemon.job_processes();
-    let python = |pid: i32| is_python(&procs, pid);
-    let payload = procs.iter().find(|p| {
-        p.comm.starts_with("python")
-            && python(p.ppid)
-            && procs
-                .iter()
-                .find(|q| q.pid == p.ppid)
-                .is_some_and(|q| python(q.ppid))
-    })?;
-    let init = payload.ppid;
-    let zygote = procs.iter().find(|p| p.pid == init)?.ppid;
-    Some((zygote, init, payload.pid))
+    let payload = *payloads_in(&procs).first()?;
+    let parent = |pid: i32| procs.iter().find(|p| p.pid == pid).map(|p| p.ppid);
+    let init = parent(payload)?;
+    Some((parent(init)?, init, payload))
 }
 
 fn host_ids(pid: i32) -> String {
@@ -305,37 +297,15 @@ async fn a_zygote_that_does_not_answer_holds_up_no_other_job() {
     daemon.assert_no_leaks(&before);
 }
 
-/// The first whole line of the job's stdout that starts with `prefix`.
-async fn stdout_line(handle: &mut vivarium_e2e::JobHandle<'_>, prefix: &str) -> String {
-    let mut seen = Vec::new();
-    let wait = async {
-        loop {
-            match handle.next_event().await.expect("events") {
-                Some(vivarium_e2e::JobEvent::Output(vivarium_e2e::Stream::Stdout, b)) => {
-                    seen.extend_from_slice(&b);
-                    let text = String::from_utf8_lossy(&seen).into_owned();
-                    if let Some(line) = text.lines().find(|l| l.starts_with(prefix)) {
-                        if text.contains(&format!("{line}\n")) {
-                            return line.to_owned();
-                        }
-                    }
-                }
-                Some(vivarium_e2e::JobEvent::Finished(o)) => panic!("ended first: {o:#?}"),
-                Some(_) => {}
-                None => panic!("no outcome"),
-            }
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(30), wait)
-        .await
-        .expect("the line within 30 s")
-}
-
 /// Every forked job's payload, seen from the host (an interpreter whose parent, the job's
 /// init, is a child of an interpreter, the zygote).
 fn forked_payloads(daemon: &Daemon) -> Vec<i32> {
-    let procs = daemon.job_processes();
-    let python = |pid: i32| is_python(&procs, pid);
+    payloads_in(&daemon.job_processes())
+}
+
+/// [`forked_payloads`] among `procs` (one snapshot of the daemon's processes).
+fn payloads_in(procs: &[vivarium_e2e::Proc]) -> Vec<i32> {
+    let python = |pid: i32| is_python(procs, pid);
     let parent = |pid: i32| procs.iter().find(|q| q.pid == pid).map(|q| q.ppid);
     (procs.iter())
         .filter(|p| p.comm.starts_with("python") && python(p.ppid))
@@ -393,7 +363,7 @@ async fn forked_jobs_have_host_ids_and_fd_budgets_of_their_own() {
     let mut client = daemon.client().await;
     let holder = Job::new(format!("{WARM_MARK}{HOLD_IN_FLIGHT}")).profile("hot");
     let mut handle = client.submit(&holder, None::<&[u8]>).await.expect("submit");
-    let held = stdout_line(&mut handle, "held").await;
+    let held = vivarium_e2e::stdout_line(&mut handle, "held").await;
     assert!(held.ends_with("ETOOMANYREFS"), "{held}");
     let mut second_client = daemon.client().await;
     let sleeper = Job::new(format!("{WARM_MARK}import time\ntime.sleep(60)\n")).profile("hot");
