@@ -15,14 +15,5 @@ pub mod profile;
 pub mod server;
 pub mod spawner;
 
-/// Render an error with its whole `source()` chain, for the edge of the program.
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
-}
+/// The error-chain printer every crate here uses (one copy, in `vivarium_proto`).
+pub use vivarium_proto::error_chain;

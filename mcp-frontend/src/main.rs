@@ -53,13 +53,7 @@ async fn main() -> std::process::ExitCode {
     match vivarium_mcp::serve_stdio(config).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            let mut text = format!("vivarium-mcp: {e}");
-            let mut source = std::error::Error::source(&e);
-            while let Some(s) = source {
-                text.push_str(&format!(": {s}"));
-                source = s.source();
-            }
-            eprintln!("{text}");
+            eprintln!("vivarium-mcp: {}", vivarium_proto::error_chain(&e));
             std::process::ExitCode::FAILURE
         }
     }

@@ -15,7 +15,7 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 use vivarium_client::{Client, ClientError, Job, JobEvent, ProfileInfo, Stream};
-use vivarium_proto::ErrorCode;
+use vivarium_proto::{error_chain, ErrorCode};
 
 use crate::limiter::Limiter;
 use crate::tool::{self, RunPythonArgs, TOOL_NAME};
@@ -308,16 +308,6 @@ fn job_error_text(e: &ClientError) -> String {
             error_chain(other)
         ),
     }
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(&format!(": {s}"));
-        source = s.source();
-    }
-    text
 }
 
 /// The daemon's profiles, or `None` if it does not answer within `timeout`.

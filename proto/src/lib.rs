@@ -16,6 +16,21 @@ mod types;
 pub use frame::{decode, encode, FrameError, MAX_FRAME, MAX_PAYLOAD_CHUNK};
 pub use types::*;
 
+/// Render an error with its whole `source()` chain, `": "` between the links: what the
+/// edges of every program here (the daemon's log and stderr, `viv`, the MCP server)
+/// print. An error should put its cause either in its own message or in `source()`,
+/// never both, or the cause is printed twice.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
 /// The protocol version this build speaks. Bump on any change to a wire struct.
 ///
 /// 2 added `Request::SubmitWith`, `Event::Packages` and the package error codes (all
@@ -52,5 +67,22 @@ mod tests {
         assert_eq!(negotiate(PROTOCOL_VERSION + 1, PROTOCOL_VERSION + 5), None);
         assert_eq!(negotiate(0, 0), None);
         assert_eq!(negotiate(3, 2), None);
+    }
+
+    #[test]
+    fn error_chain_joins_every_cause() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("outer {0}")]
+        struct Outer(u8, #[source] Middle);
+        #[derive(Debug, thiserror::Error)]
+        #[error("middle")]
+        struct Middle(#[source] std::io::Error);
+        let e = Outer(
+            1,
+            Middle(std::io::Error::from(std::io::ErrorKind::NotFound)),
+        );
+        assert_eq!(error_chain(&e), "outer 1: middle: entity not found");
+        let alone = std::io::Error::other("no cause");
+        assert_eq!(error_chain(&alone), "no cause");
     }
 }

@@ -149,17 +149,7 @@ pub(crate) fn report_error(err: &(dyn std::error::Error + 'static)) {
     }
 }
 
-/// `err: cause: cause's cause`.
-pub(crate) fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
+pub(crate) use vivarium_proto::error_chain;
 
 /// How to get a daemon to talk to.
 pub(crate) fn start_daemon_hint() -> [&'static str; 3] {
