@@ -11,7 +11,7 @@
 //!   locks/<request>       0700        flock(2): one build per request across processes
 //! ```
 //!
-//! An entry is keyed by its request (see `install::Manager::request_key`): a hash of
+//! An entry is keyed by its request (see `server::packages::Manager::request_key`): a hash of
 //! what was asked and of everything that decides what may be installed for it (uv
 //! version, interpreter identity, platform, index, wheelhouse, allowed hosts, the
 //! profile's package policy and limits). Never by what the install reports: the

@@ -5,10 +5,16 @@
 //!
 //! - [`spec`]: requirement parsing, PEP 723, allow/deny lists.
 //! - [`cache`]: the on-disk environment cache (keys, completion, checksum, LRU).
-//! - [`install`]: the install sandbox and the reading of uv's errors.
+//! - [`install`]: the install sandbox's driver, the judging of its result and the
+//!   reading of uv's errors.
 //! - [`tree`]: the bounded copy of a built environment out of its sandbox, and the
 //!   apparent-size accounting of environments.
-//! - [`Manager`]: in-flight deduplication and the glue the job task calls.
+//!
+//! Running installs against the daemon (the `Manager`: in-flight deduplication, the
+//! install sandbox's plan and its run through the spawner, the glue the job task calls)
+//! is the server's, in `server::packages`. This module imports no other module of
+//! vivariumd: `profile` uses it for its `[packages]` section, requirement parsing and
+//! `host:port` entries, never the other way round.
 
 pub mod cache;
 pub mod install;
@@ -18,8 +24,6 @@ pub mod tree;
 use serde::Deserialize;
 use std::path::PathBuf;
 use vivarium_proto::ErrorCode;
-
-pub use install::Manager;
 
 /// Where a job's environment is mounted (read-only), and built, inside the sandbox.
 /// Fixed, so that the paths uv writes into the environment hold in both phases.

@@ -112,7 +112,7 @@ pub async fn run(
         } else if req.packages.is_empty() || warm.is_some() {
             None
         } else {
-            match crate::packages::install::for_job(&daemon, &req.active, &req.packages, &cancel).await {
+            match super::packages::for_job(&daemon, &req.active, &req.packages, &cancel).await {
                 Ok(ready) => {
                     send(&sock, &Event::Packages(ready.report())).await;
                     Some(ready)

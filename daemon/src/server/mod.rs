@@ -9,6 +9,7 @@ mod conn;
 pub(crate) mod job;
 pub mod lifecycle;
 pub mod outcome;
+pub mod packages;
 pub mod spawner_client;
 pub mod warm;
 
@@ -212,7 +213,7 @@ pub struct Daemon {
     pub warm: warm::WarmPools,
     /// Package installs and their cache, or why there are none (no `uv` configured,
     /// or it or the cache directory is unusable).
-    pub packages: Result<Arc<crate::packages::Manager>, String>,
+    pub packages: Result<Arc<packages::Manager>, String>,
 }
 
 impl Daemon {
@@ -234,7 +235,7 @@ impl Daemon {
         };
         let packages = match &config.uv {
             None => Err("no uv is configured (config key `uv`)".to_owned()),
-            Some(uv) => crate::packages::Manager::new(
+            Some(uv) => packages::Manager::new(
                 uv,
                 &config.package_cache_dir,
                 config.package_cache_max_bytes,

@@ -37,7 +37,7 @@ pub struct WarmSandbox {
     pub landlock: LandlockStatus,
     /// The profile's `warm.packages` environment, in use (not evictable) while the
     /// sandbox lives.
-    pub env: Option<crate::packages::install::Ready>,
+    pub env: Option<super::packages::Ready>,
     active: Arc<ActiveProfile>,
 }
 
@@ -292,7 +292,7 @@ pub(super) async fn build(
         None
     } else {
         let reqs = &active.profile.warm_packages;
-        let ready = crate::packages::install::for_job(daemon, active, reqs, &Notify::new())
+        let ready = super::packages::for_job(daemon, active, reqs, &Notify::new())
             .await
             .map_err(|e| format!("warm.packages: {}", e.message))?;
         if plan.zygote.is_some() {
