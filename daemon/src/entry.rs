@@ -86,8 +86,7 @@ fn run(cli: Cli, source: ConfigSource, weakening: Weakening) -> anyhow::Result<(
     let socket = server::socket_path(cli.socket, &config, root);
     let socket_group = match &config.socket_group {
         Some(g) => Some(
-            *server::resolve_groups(std::slice::from_ref(g))
-                .map_err(anyhow::Error::msg)?
+            *server::resolve_groups(std::slice::from_ref(g))?
                 .first()
                 .expect("one group"),
         ),

@@ -416,7 +416,8 @@ impl Profile {
             ));
         }
         for host in &file.network.egress {
-            crate::packages::host_port(host).map_err(|e| bad("network.egress", e))?;
+            crate::packages::host_port(host)
+                .map_err(|e| bad("network.egress", vivarium_proto::error_chain(&e)))?;
         }
         if !file.network.egress.is_empty() {
             if file.security.landlock_abi < 4 {

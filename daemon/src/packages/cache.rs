@@ -47,6 +47,23 @@ pub struct Meta {
     pub checksum: String,
 }
 
+/// Why an entry on disk is not served (it is then removed and rebuilt).
+#[derive(Debug, thiserror::Error)]
+pub enum EntryError {
+    #[error("no completion marker")]
+    Incomplete,
+    #[error("metadata")]
+    ReadMeta(#[source] std::io::Error),
+    #[error("metadata")]
+    ParseMeta(#[source] serde_json::Error),
+    #[error("its metadata names request {request:?}")]
+    OtherRequest { request: String },
+    #[error("checksum")]
+    Checksum(#[source] std::io::Error),
+    #[error("checksum mismatch")]
+    Mismatch,
+}
+
 #[derive(Debug, Clone)]
 pub struct Entry {
     pub key: String,
@@ -185,6 +202,7 @@ impl Cache {
         match self.load(request) {
             Ok(entry) => Some(entry),
             Err(why) => {
+                let why = vivarium_proto::error_chain(&why);
                 tracing::warn!(request, %why, "package cache entry is broken; rebuilding it");
                 self.remove_entry(request);
                 None
@@ -193,17 +211,17 @@ impl Cache {
     }
 
     /// Read and check one entry (checksum on its first use since start).
-    fn load(&self, key: &str) -> Result<Entry, String> {
+    fn load(&self, key: &str) -> Result<Entry, EntryError> {
         let dir = self.root.join("envs").join(key);
         if !dir.join("COMPLETE").is_file() {
-            return Err("no completion marker".into());
+            return Err(EntryError::Incomplete);
         }
-        let meta: Meta = std::fs::read(dir.join("meta.json"))
-            .map_err(|e| e.to_string())
-            .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
-            .map_err(|e| format!("metadata: {e}"))?;
+        let bytes = std::fs::read(dir.join("meta.json")).map_err(EntryError::ReadMeta)?;
+        let meta: Meta = serde_json::from_slice(&bytes).map_err(EntryError::ParseMeta)?;
         if meta.request != key {
-            return Err(format!("its metadata names request {:?}", meta.request));
+            return Err(EntryError::OtherRequest {
+                request: meta.request,
+            });
         }
         let verified = self
             .verified
@@ -211,9 +229,9 @@ impl Cache {
             .unwrap_or_else(|e| e.into_inner())
             .contains(key);
         if !verified {
-            let sum = checksum(&dir.join("env")).map_err(|e| format!("checksum: {e}"))?;
+            let sum = checksum(&dir.join("env")).map_err(EntryError::Checksum)?;
             if sum != meta.checksum {
-                return Err("checksum mismatch".into());
+                return Err(EntryError::Mismatch);
             }
             self.verified
                 .lock()
@@ -287,7 +305,8 @@ impl Cache {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(request);
-        self.load(request).map_err(std::io::Error::other)
+        self.load(request)
+            .map_err(|e| std::io::Error::other(vivarium_proto::error_chain(&e)))
     }
 
     /// Remove a build that failed.

@@ -54,7 +54,19 @@ pub struct Ran {
     pub report: JobReport,
     pub stdout: Vec<u8>,
     pub stderr: Vec<u8>,
-    pub env: Result<OwnedFd, String>,
+    pub env: Result<OwnedFd, ExportError>,
+}
+
+/// Why an install's environment directory did not come out of its sandbox.
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    #[error("the sandbox never ran")]
+    NeverRan,
+    /// The spawner's own words (they cross the link as text).
+    #[error("{0}")]
+    Spawner(String),
+    #[error("no directory fd came")]
+    NoFd,
 }
 
 /// The driver's last stdout line.

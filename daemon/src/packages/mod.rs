@@ -84,7 +84,7 @@ impl PackagesSection {
     /// Profile validation of the section: `Err((field, problem))`.
     pub fn validate(&self) -> Result<(), (&'static str, String)> {
         if let Some(url) = &self.index_url {
-            index_port(url).map_err(|e| ("packages.index_url", e))?;
+            index_port(url).map_err(|e| ("packages.index_url", vivarium_proto::error_chain(&e)))?;
         }
         if let Some(dir) = &self.find_links {
             if !dir.is_absolute() || dir.components().any(|c| c.as_os_str() == "..") {
@@ -110,7 +110,8 @@ impl PackagesSection {
             ));
         }
         for host in &self.allow_hosts {
-            host_port(host).map_err(|e| ("packages.allow_hosts", e))?;
+            host_port(host)
+                .map_err(|e| ("packages.allow_hosts", vivarium_proto::error_chain(&e)))?;
         }
         if !self.allow_hosts.is_empty() && self.index_url.is_none() {
             return Err((
@@ -133,44 +134,86 @@ impl PackagesSection {
     }
 }
 
+/// Why an index URL, or a `host` / `host:port` entry (`packages.allow_hosts`,
+/// `network.egress`), is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AddressError {
+    #[error("{url:?} is not a URL")]
+    NotAUrl {
+        url: String,
+        #[source]
+        source: url::ParseError,
+    },
+    #[error("{url:?} must be an http(s) URL with a host")]
+    NotHttp { url: String },
+    #[error("{url:?} must not carry credentials")]
+    Credentials { url: String },
+    #[error("{url:?} has no port")]
+    NoPort { url: String },
+    /// `text`: the URL or the entry.
+    #[error("{text:?} has no host")]
+    NoHost { text: String },
+    #[error("{entry:?} is not a host or host:port")]
+    NotAHost {
+        entry: String,
+        #[source]
+        source: url::ParseError,
+    },
+    #[error("{entry:?} must be a host or host:port alone")]
+    NotAlone { entry: String },
+}
+
 /// The TCP port of an index URL (http or https only, with a host).
-pub fn index_port(url: &str) -> Result<u16, String> {
+pub fn index_port(url: &str) -> Result<u16, AddressError> {
     index_host(url).map(|(_, port)| port)
 }
 
 /// The host and TCP port of an index URL (http or https only, with a host, no
 /// credentials: the proxy would refuse them, and they would end up in logs).
-pub fn index_host(url: &str) -> Result<(String, u16), String> {
-    let u = url::Url::parse(url).map_err(|e| format!("{url:?} is not a URL: {e}"))?;
+pub fn index_host(url: &str) -> Result<(String, u16), AddressError> {
+    let url_text = || url.to_owned();
+    let u = url::Url::parse(url).map_err(|source| AddressError::NotAUrl {
+        url: url_text(),
+        source,
+    })?;
     if !matches!(u.scheme(), "http" | "https") || u.host_str().is_none() {
-        return Err(format!("{url:?} must be an http(s) URL with a host"));
+        return Err(AddressError::NotHttp { url: url_text() });
     }
     if !u.username().is_empty() || u.password().is_some() {
-        return Err(format!("{url:?} must not carry credentials"));
+        return Err(AddressError::Credentials { url: url_text() });
     }
     let port = u
         .port_or_known_default()
-        .ok_or_else(|| format!("{url:?} has no port"))?;
+        .ok_or_else(|| AddressError::NoPort { url: url_text() })?;
     let host = match u.host() {
         Some(url::Host::Ipv6(a)) => a.to_string(),
         Some(h) => h.to_string(),
-        None => return Err(format!("{url:?} has no host")),
+        None => return Err(AddressError::NoHost { text: url_text() }),
     };
     Ok((host.to_ascii_lowercase(), port))
 }
 
 /// An `allow_hosts` entry: `host` (port 443) or `host:port`, `[v6]:port` for IPv6.
-pub fn host_port(entry: &str) -> Result<(String, u16), String> {
-    let u = url::Url::parse(&format!("https://{entry}"))
-        .map_err(|e| format!("{entry:?} is not a host or host:port: {e}"))?;
+pub fn host_port(entry: &str) -> Result<(String, u16), AddressError> {
+    let u =
+        url::Url::parse(&format!("https://{entry}")).map_err(|source| AddressError::NotAHost {
+            entry: entry.to_owned(),
+            source,
+        })?;
     let plain = u.path() == "/" && u.query().is_none() && u.fragment().is_none();
     if !plain || !u.username().is_empty() || u.password().is_some() || entry.contains('/') {
-        return Err(format!("{entry:?} must be a host or host:port alone"));
+        return Err(AddressError::NotAlone {
+            entry: entry.to_owned(),
+        });
     }
     let host = match u.host() {
         Some(url::Host::Ipv6(a)) => a.to_string(),
         Some(h) => h.to_string(),
-        None => return Err(format!("{entry:?} has no host")),
+        None => {
+            return Err(AddressError::NoHost {
+                text: entry.to_owned(),
+            })
+        }
     };
     Ok((host.to_ascii_lowercase(), u.port().unwrap_or(443)))
 }

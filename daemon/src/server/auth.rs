@@ -18,8 +18,15 @@ pub fn admitted(peer: &Peer, own_uid: u32, allow_uids: &[u32], allow_gids: &[u32
         || peer.groups.iter().any(|g| allow_gids.contains(g))
 }
 
+/// A configured group name that is neither a gid nor a group of this host.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown group {name:?} in allow_groups")]
+pub struct UnknownGroup {
+    pub name: String,
+}
+
 /// Resolve configured group names (or numeric gids) to gids.
-pub fn resolve_groups(names: &[String]) -> Result<Vec<u32>, String> {
+pub fn resolve_groups(names: &[String]) -> Result<Vec<u32>, UnknownGroup> {
     names
         .iter()
         .map(|n| {
@@ -28,7 +35,7 @@ pub fn resolve_groups(names: &[String]) -> Result<Vec<u32>, String> {
             }
             match nix::unistd::Group::from_name(n) {
                 Ok(Some(g)) => Ok(g.gid.as_raw()),
-                _ => Err(format!("unknown group {n:?} in allow_groups")),
+                _ => Err(UnknownGroup { name: n.clone() }),
             }
         })
         .collect()

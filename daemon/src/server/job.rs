@@ -98,7 +98,7 @@ pub async fn run(
                 // few ms) rather than start cold.
                 None if req.active.profile.file.warm.zygote => super::warm::build(&daemon, &req.active, &req.limits)
                     .await
-                    .inspect_err(|why| tracing::warn!(error = %why, "no sandbox from the zygote; starting cold"))
+                    .inspect_err(|why| tracing::warn!(error = %vivarium_proto::error_chain(why), "no sandbox from the zygote; starting cold"))
                     .ok(),
                 found => found,
             }
@@ -135,7 +135,8 @@ pub async fn run(
                 tracing::info!(reason = ?outcome.reason, exit = ?outcome.exit, wall_ms = outcome.usage.wall_ms, "job finished");
                 send(&sock, &Event::Finished(Box::new(outcome))).await;
             }
-            Err(msg) => {
+            Err(e) => {
+                let msg = vivarium_proto::error_chain(&e);
                 tracing::error!(error = %msg, "job failed before it started");
                 send_error(&sock, ErrorCode::Internal, msg).await;
             }
@@ -145,8 +146,36 @@ pub async fn run(
     .await
 }
 
-fn pipe() -> Result<(OwnedFd, OwnedFd), String> {
-    nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))
+/// Why a sandbox could not be handed to the spawner.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum LaunchError {
+    #[error("pipe")]
+    Pipe(#[source] nix::Error),
+    #[error("memfd")]
+    Memfd(#[source] nix::Error),
+    #[error("memfd write")]
+    MemfdWrite(#[source] std::io::Error),
+    #[error("memfd seal")]
+    MemfdSeal(#[source] nix::Error),
+    #[error("memfd seek")]
+    MemfdSeek(#[source] nix::Error),
+    #[error(transparent)]
+    Spawner(#[from] super::spawner_client::SpawnerError),
+}
+
+/// Why a job failed before it started (its client gets an internal error).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum JobError {
+    #[error(transparent)]
+    Launch(#[from] LaunchError),
+    #[error("pipe")]
+    Pipe(#[source] std::io::Error),
+    #[error("the spawner went away")]
+    SpawnerGone,
+}
+
+fn pipe() -> Result<(OwnedFd, OwnedFd), LaunchError> {
+    nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(LaunchError::Pipe)
 }
 
 /// A sandbox in the spawner's hands: its messages, and our ends of its stdio pipes.
@@ -164,7 +193,7 @@ pub(crate) async fn launch(
     daemon: &Daemon,
     plan: &plan::JobPlan,
     code: &[u8],
-) -> Result<Launched, String> {
+) -> Result<Launched, LaunchError> {
     let code = code_memfd(code)?;
     let (in_r, in_w) = pipe()?;
     let (out_r, out_w) = pipe()?;
@@ -175,8 +204,7 @@ pub(crate) async fn launch(
             plan,
             [code.as_fd(), in_r.as_fd(), out_w.as_fd(), err_w.as_fd()],
         )
-        .await
-        .map_err(|e| crate::error_chain(&e))?;
+        .await?;
     // The spawner has its copies now; ours would keep the pipes open forever.
     drop((code, in_r, out_w, err_w));
     Ok(Launched {
@@ -189,17 +217,16 @@ pub(crate) async fn launch(
 
 /// The script in a sealed memfd: the spawner and the job's init can read it but
 /// nobody can change it.
-fn code_memfd(code: &[u8]) -> Result<OwnedFd, String> {
+fn code_memfd(code: &[u8]) -> Result<OwnedFd, LaunchError> {
     use nix::sys::memfd::{memfd_create, MFdFlags};
     use std::io::Write;
     let fd = memfd_create(
         "vivarium-code",
         MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING,
     )
-    .map_err(|e| format!("memfd: {e}"))?;
+    .map_err(LaunchError::Memfd)?;
     let mut file = std::fs::File::from(fd);
-    file.write_all(code)
-        .map_err(|e| format!("memfd write: {e}"))?;
+    file.write_all(code).map_err(LaunchError::MemfdWrite)?;
     let fd = OwnedFd::from(file);
     use nix::fcntl::{fcntl, FcntlArg, SealFlag};
     fcntl(
@@ -211,14 +238,13 @@ fn code_memfd(code: &[u8]) -> Result<OwnedFd, String> {
                 | SealFlag::F_SEAL_SEAL,
         ),
     )
-    .map_err(|e| format!("memfd seal: {e}"))?;
-    nix::unistd::lseek(&fd, 0, nix::unistd::Whence::SeekSet)
-        .map_err(|e| format!("memfd seek: {e}"))?;
+    .map_err(LaunchError::MemfdSeal)?;
+    nix::unistd::lseek(&fd, 0, nix::unistd::Whence::SeekSet).map_err(LaunchError::MemfdSeek)?;
     Ok(fd)
 }
 
-fn receiver(fd: OwnedFd) -> Result<tokio::net::unix::pipe::Receiver, String> {
-    tokio::net::unix::pipe::Receiver::from_owned_fd(fd).map_err(|e| format!("pipe: {e}"))
+fn receiver(fd: OwnedFd) -> Result<tokio::net::unix::pipe::Receiver, JobError> {
+    tokio::net::unix::pipe::Receiver::from_owned_fd(fd).map_err(JobError::Pipe)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -232,7 +258,7 @@ async fn execute(
     permit: tokio::sync::OwnedSemaphorePermit,
     env: Option<&std::path::Path>,
     warm: Option<super::warm::WarmSandbox>,
-) -> Result<vivarium_proto::Outcome, String> {
+) -> Result<vivarium_proto::Outcome, JobError> {
     let active = &req.active;
     // A warm sandbox has its own id (it was built before this job came).
     let started_id = warm.as_ref().map_or(job_id, |w| w.job_id);
@@ -332,7 +358,7 @@ async fn execute(
                 }
                 Some(FromSpawner::Finished { report, .. }) => break *report,
                 Some(_) => {}
-                None => return Err("the spawner went away".into()),
+                None => return Err(JobError::SpawnerGone),
             },
             () = cancel.notified(), if !killed => {
                 killed = true;

@@ -44,7 +44,7 @@ pub enum LoadError {
     #[error("no profiles in {dir}")]
     NoProfiles { dir: PathBuf },
     #[error("config: allow_groups: {0}")]
-    Groups(String),
+    Groups(super::UnknownGroup),
     #[error("no profile can be enforced on this host: {0}")]
     NoneEnabled(String),
 }

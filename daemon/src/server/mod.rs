@@ -4,7 +4,7 @@
 
 pub mod activation;
 mod auth;
-pub use auth::resolve_groups;
+pub use auth::{resolve_groups, UnknownGroup};
 mod conn;
 pub(crate) mod job;
 pub mod lifecycle;
@@ -213,7 +213,7 @@ pub struct Daemon {
     pub warm: warm::WarmPools,
     /// Package installs and their cache, or why there are none (no `uv` configured,
     /// or it or the cache directory is unusable).
-    pub packages: Result<Arc<packages::Manager>, String>,
+    pub packages: Result<Arc<packages::Manager>, packages::ManagerError>,
 }
 
 impl Daemon {
@@ -234,7 +234,7 @@ impl Daemon {
             allowed_gids,
         };
         let packages = match &config.uv {
-            None => Err("no uv is configured (config key `uv`)".to_owned()),
+            None => Err(packages::ManagerError::NotConfigured),
             Some(uv) => packages::Manager::new(
                 uv,
                 &config.package_cache_dir,
@@ -247,7 +247,7 @@ impl Daemon {
             Ok(m) => {
                 tracing::info!(uv = m.uv_version(), cache = %config.package_cache_dir.display(), "packages enabled")
             }
-            Err(why) => tracing::info!(%why, "packages disabled"),
+            Err(why) => tracing::info!(why = %crate::error_chain(why), "packages disabled"),
         }
         Daemon {
             packages,

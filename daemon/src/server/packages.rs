@@ -10,8 +10,8 @@
 use super::{ActiveProfile, Daemon};
 use crate::packages::cache::{sha256_hex, Cache, Entry, InUse, Meta};
 use crate::packages::install::{
-    copy_error, judge, Ran, DRIVER, INSTALL_MEMORY_EXTRA, MAX_ENV_DEPTH, OUTPUT_CAP, UV_DIR,
-    WHEELHOUSE,
+    copy_error, judge, ExportError, Ran, DRIVER, INSTALL_MEMORY_EXTRA, MAX_ENV_DEPTH, OUTPUT_CAP,
+    UV_DIR, WHEELHOUSE,
 };
 use crate::packages::spec::Req;
 use crate::packages::tree::TreeLimits;
@@ -30,6 +30,55 @@ use vivarium_sandbox::plan::{JobPlan, MountStep, NetworkPlan, EGRESS_PORT};
 
 /// Bumped when what a key covers changes: older entries are then never served.
 const KEY_LAYOUT: u32 = 2;
+
+/// Why this daemon has no package installs.
+#[derive(Debug, thiserror::Error)]
+pub enum ManagerError {
+    #[error("no uv is configured (config key `uv`)")]
+    NotConfigured,
+    #[error("uv {} must be an absolute path", .uv.display())]
+    RelativeUv { uv: PathBuf },
+    #[error("cannot run {} --version", .uv.display())]
+    RunUv {
+        uv: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{} --version did not report a uv version", .uv.display())]
+    NotUv { uv: PathBuf },
+    #[error("package cache {}", .dir.display())]
+    Cache {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Why no install sandbox plan could be made from a profile.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error("uv has no file name")]
+    UvName,
+    #[error("uv {} has no parent directory", .uv.display())]
+    UvDir { uv: PathBuf },
+    #[error("the profile's plan has no /tmp")]
+    NoTmp,
+    #[error("seccomp policy")]
+    Seccomp(#[source] crate::policy::seccomp::SeccompError),
+}
+
+/// Why an install sandbox did not run to its end.
+#[derive(Debug, thiserror::Error)]
+enum RunError {
+    #[error(transparent)]
+    Launch(#[from] super::job::LaunchError),
+    #[error("pipe")]
+    Pipe(#[source] std::io::Error),
+    #[error(transparent)]
+    Task(#[from] tokio::task::JoinError),
+    #[error("the spawner went away")]
+    SpawnerGone,
+}
 
 /// A job's environment, ready to bind.
 pub struct Ready {
@@ -58,24 +107,28 @@ impl Manager {
         cache_dir: &Path,
         max_bytes: u64,
         max_inodes: u64,
-    ) -> Result<Manager, String> {
+    ) -> Result<Manager, ManagerError> {
         if !uv.is_absolute() {
-            return Err(format!("uv {} must be an absolute path", uv.display()));
+            return Err(ManagerError::RelativeUv { uv: uv.to_owned() });
         }
         let out = std::process::Command::new(uv)
             .arg("--version")
             .env_clear()
             .output()
-            .map_err(|e| format!("cannot run {} --version: {e}", uv.display()))?;
+            .map_err(|source| ManagerError::RunUv {
+                uv: uv.to_owned(),
+                source,
+            })?;
         let uv_version = String::from_utf8_lossy(&out.stdout).trim().to_owned();
         if !out.status.success() || !uv_version.starts_with("uv ") {
-            return Err(format!(
-                "{} --version did not report a uv version",
-                uv.display()
-            ));
+            return Err(ManagerError::NotUv { uv: uv.to_owned() });
         }
-        let cache = Cache::open(cache_dir, max_bytes, max_inodes)
-            .map_err(|e| format!("package cache {}: {e}", cache_dir.display()))?;
+        let cache = Cache::open(cache_dir, max_bytes, max_inodes).map_err(|source| {
+            ManagerError::Cache {
+                dir: cache_dir.to_owned(),
+                source,
+            }
+        })?;
         Ok(Manager {
             uv: uv.to_owned(),
             uv_version,
@@ -272,13 +325,13 @@ impl Manager {
             reqs,
             daemon.facts.job_cgroups(),
         )
-        .map_err(failed)?;
+        .map_err(|e| failed(crate::error_chain(&e)))?;
         let names: Vec<&str> = reqs.iter().map(|r| r.name.as_str()).collect();
         tracing::info!(job_id, requirements = ?names, "installing packages");
         let policy = crate::egress::EgressPolicy::new(section.egress_allow());
         let ran = run_sandbox(daemon, &plan, policy, cancel)
             .await
-            .map_err(failed)?;
+            .map_err(|e| failed(crate::error_chain(&e)))?;
         let (resolved, python_version) = judge(&ran, &names, section, &plan)?;
         let env = ran.env.map_err(|e| {
             failed(format!(
@@ -382,7 +435,7 @@ pub fn install_plan(
     section: &PackagesSection,
     reqs: &[Req],
     cgroups: Option<&[vivarium_sandbox::cgroup::ViewMount]>,
-) -> Result<JobPlan, String> {
+) -> Result<JobPlan, PlanError> {
     let p = &profile.profile;
     let limits = JobLimits {
         wall_ms: section.install_timeout_ms,
@@ -396,7 +449,7 @@ pub fn install_plan(
         pids: 256,
         output_bytes: OUTPUT_CAP as u64,
     };
-    let uv_name = uv.file_name().ok_or("uv has no file name")?;
+    let uv_name = uv.file_name().ok_or(PlanError::UvName)?;
     let config = serde_json::json!({
         "uv": Path::new(UV_DIR).join(uv_name),
         "python": p.file.python.interpreter,
@@ -423,12 +476,12 @@ pub fn install_plan(
         .retain(|(k, _)| !k.to_ascii_lowercase().ends_with("_proxy"));
     if p.file.network.inet() && section.index_url.is_none() {
         plan.seccomp = crate::policy::seccomp::load(&p.seccomp_path, false)
-            .map_err(|e| format!("seccomp policy: {}", crate::error_chain(&e)))?
+            .map_err(PlanError::Seccomp)?
             .to_wire();
     }
     let uv_dir = uv
         .parent()
-        .ok_or_else(|| format!("uv {} has no parent directory", uv.display()))?;
+        .ok_or_else(|| PlanError::UvDir { uv: uv.to_owned() })?;
     // uv and the wheelhouse appear at fixed paths inside: the host paths may lie under
     // one the sandbox builds itself (/tmp, /work), and nothing installed refers to them.
     let mut mounts = vec![MountStep::BindRo {
@@ -452,7 +505,7 @@ pub fn install_plan(
         .mounts
         .iter()
         .position(|m| matches!(m, MountStep::Tmpfs { path, .. } if path == Path::new("/tmp")))
-        .ok_or("the profile's plan has no /tmp")?;
+        .ok_or(PlanError::NoTmp)?;
     // uv's cache: every download is unpacked here before it is copied into the
     // environment. The install's own caps, not the job profile's.
     plan.mounts[tmp] = MountStep::Tmpfs {
@@ -481,7 +534,7 @@ pub fn install_plan(
         // `deny_socket_local`: IPv4/IPv6 sockets (to the proxy on the namespace's own
         // loopback) are allowed, netlink, packet and vsock sockets stay refused.
         plan.seccomp = crate::policy::seccomp::load(&p.seccomp_path, true)
-            .map_err(|e| format!("seccomp policy: {}", crate::error_chain(&e)))?
+            .map_err(PlanError::Seccomp)?
             .to_wire();
         plan.landlock.tcp_connect = vec![EGRESS_PORT];
         let proxy = format!("http://127.0.0.1:{EGRESS_PORT}");
@@ -518,7 +571,7 @@ async fn run_sandbox(
     plan: &JobPlan,
     policy: crate::egress::EgressPolicy,
     cancel: &Notify,
-) -> Result<Ran, String> {
+) -> Result<Ran, RunError> {
     let crate::server::job::Launched {
         mut events,
         stdin,
@@ -527,8 +580,7 @@ async fn run_sandbox(
     } = crate::server::job::launch(daemon, plan, DRIVER.as_bytes()).await?;
     drop(stdin); // the driver reads nothing
     let collect = |fd| async move {
-        let mut rx = tokio::net::unix::pipe::Receiver::from_owned_fd(fd)
-            .map_err(|e| format!("pipe: {e}"))?;
+        let mut rx = tokio::net::unix::pipe::Receiver::from_owned_fd(fd).map_err(RunError::Pipe)?;
         let mut out = Vec::new();
         let mut buf = vec![0u8; 16384];
         loop {
@@ -540,13 +592,13 @@ async fn run_sandbox(
                 Ok(_) => {}
             }
         }
-        Ok::<_, String>(out)
+        Ok::<_, RunError>(out)
     };
     let out = tokio::spawn(collect(out_r));
     let err = tokio::spawn(collect(err_r));
     let mut killed = false;
     let mut proxy: Option<crate::egress::Serving> = None;
-    let mut env: Result<OwnedFd, String> = Err("the sandbox never ran".into());
+    let mut env: Result<OwnedFd, ExportError> = Err(ExportError::NeverRan);
     let report = loop {
         tokio::select! {
             msg = events.recv() => match msg {
@@ -564,12 +616,12 @@ async fn run_sandbox(
                 Some(FromSpawner::Exported { dir, error, .. }) => {
                     env = match (dir.take(), error) {
                         (Some(fd), _) => Ok(fd),
-                        (None, Some(e)) => Err(e),
-                        (None, None) => Err("no directory fd came".into()),
+                        (None, Some(e)) => Err(ExportError::Spawner(e)),
+                        (None, None) => Err(ExportError::NoFd),
                     };
                 }
                 Some(_) => {}
-                None => return Err("the spawner went away".into()),
+                None => return Err(RunError::SpawnerGone),
             },
             () = cancel.notified(), if !killed => {
                 killed = true;
@@ -578,8 +630,8 @@ async fn run_sandbox(
         }
     };
     drop(proxy);
-    let stdout = out.await.map_err(|e| e.to_string())??;
-    let stderr = err.await.map_err(|e| e.to_string())??;
+    let stdout = out.await??;
+    let stderr = err.await??;
     Ok(Ran {
         report,
         stdout,
@@ -614,7 +666,10 @@ pub async fn for_job(
             Err(PackageError::new(
                 ErrorCode::PackageNotAllowed,
                 None,
-                format!("packages are not available on this daemon: {why}"),
+                format!(
+                    "packages are not available on this daemon: {}",
+                    crate::error_chain(why)
+                ),
             ))
         }
     }
@@ -890,5 +945,46 @@ mod tests {
         }));
         assert!(!plan.landlock.write_dirs.contains(&PathBuf::from(ENV_PATH)));
         assert!(plan.landlock.tcp_connect.is_empty());
+    }
+
+    /// The typed errors print what the strings they replaced said (the daemon's log
+    /// and the clients' messages are unchanged).
+    #[test]
+    fn errors_render_as_the_strings_did() {
+        use crate::error_chain;
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = tmp.path().join("cache");
+        let e = Manager::new(Path::new("uv"), &cache, 1 << 30, 1 << 20)
+            .err()
+            .unwrap();
+        assert_eq!(error_chain(&e), "uv uv must be an absolute path");
+        let e = Manager::new(Path::new("/nonexistent/uv"), &cache, 1 << 30, 1 << 20)
+            .err()
+            .unwrap();
+        assert_eq!(
+            error_chain(&e),
+            "cannot run /nonexistent/uv --version: No such file or directory (os error 2)"
+        );
+        assert_eq!(
+            error_chain(&ManagerError::NotConfigured),
+            "no uv is configured (config key `uv`)"
+        );
+        let e = crate::packages::index_host("not a url").unwrap_err();
+        assert_eq!(
+            error_chain(&e),
+            "\"not a url\" is not a URL: relative URL without a base"
+        );
+        let e = crate::packages::host_port("a/b").unwrap_err();
+        assert_eq!(error_chain(&e), "\"a/b\" must be a host or host:port alone");
+        let e = PlanError::Seccomp(crate::policy::seccomp::SeccompError::Read {
+            path: "/p.json".into(),
+            source: std::io::Error::from(std::io::ErrorKind::NotFound),
+        });
+        assert!(
+            error_chain(&e).starts_with("seccomp policy: ")
+                && error_chain(&e).ends_with(": entity not found"),
+            "{}",
+            error_chain(&e)
+        );
     }
 }

@@ -219,11 +219,35 @@ async fn tend(daemon: &Arc<Daemon>, backoff: &mut HashMap<String, Instant>) -> b
         }
         Err(why) => {
             // A profile whose sandbox cannot start now is retried later, not in a loop.
-            tracing::warn!(profile = %name, error = %why, "warm sandbox failed; retrying in 5 s");
+            tracing::warn!(profile = %name, error = %vivarium_proto::error_chain(&why), "warm sandbox failed; retrying in 5 s");
             backoff.insert(name, Instant::now() + Duration::from_secs(5));
             false
         }
     }
+}
+
+/// Why a warm sandbox could not be built, or its interpreter did not become ready.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum WarmError {
+    #[error("pipe")]
+    Pipe(#[source] std::io::Error),
+    /// `output`: what the interpreter wrote before it ended (a preload's traceback).
+    #[error("the interpreter ended before it was ready: {output}")]
+    EndedEarly { output: String },
+    #[error("reading the sandbox's stderr")]
+    Read(#[source] std::io::Error),
+    #[error("the interpreter was not ready within {} s", .timeout.as_secs())]
+    NotReady { timeout: Duration },
+    #[error("warm.packages")]
+    Packages(#[source] crate::packages::PackageError),
+    #[error(transparent)]
+    Launch(#[from] super::job::LaunchError),
+    #[error("sandbox setup failed at {}: {}", .0.step, .0.detail)]
+    Setup(vivarium_sandbox::report::Failure),
+    #[error("the sandbox ended before its interpreter started")]
+    EndedBeforeStart,
+    #[error("the spawner went away")]
+    SpawnerGone,
 }
 
 /// How long an interpreter may take to start and preload before it counts as failed.
@@ -232,10 +256,9 @@ const READY_TIMEOUT: Duration = Duration::from_secs(60);
 /// Read the bootstrap's stderr up to its ready byte and hand the pipe back for the job.
 /// Text before the byte (warnings printed by a preload import) is logged; an end of file
 /// before it is the interpreter's failure, reported with that text.
-async fn await_ready(err_r: OwnedFd) -> Result<OwnedFd, String> {
+async fn await_ready(err_r: OwnedFd) -> Result<OwnedFd, WarmError> {
     use tokio::io::AsyncReadExt;
-    let mut rx =
-        tokio::net::unix::pipe::Receiver::from_owned_fd(err_r).map_err(|e| format!("pipe: {e}"))?;
+    let mut rx = tokio::net::unix::pipe::Receiver::from_owned_fd(err_r).map_err(WarmError::Pipe)?;
     let mut before = Vec::new();
     let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
     loop {
@@ -249,24 +272,22 @@ async fn await_ready(err_r: OwnedFd) -> Result<OwnedFd, String> {
                 }
             }
             Ok(Ok(_)) => {
-                return Err(format!(
-                    "the interpreter ended before it was ready: {}",
-                    String::from_utf8_lossy(&before).trim_end()
-                ))
+                return Err(WarmError::EndedEarly {
+                    output: String::from_utf8_lossy(&before).trim_end().to_owned(),
+                })
             }
-            Ok(Err(e)) => return Err(format!("reading the sandbox's stderr: {e}")),
+            Ok(Err(e)) => return Err(WarmError::Read(e)),
             Err(_) => {
-                return Err(format!(
-                    "the interpreter was not ready within {} s",
-                    READY_TIMEOUT.as_secs()
-                ))
+                return Err(WarmError::NotReady {
+                    timeout: READY_TIMEOUT,
+                })
             }
         }
     }
     if !before.is_empty() {
         tracing::warn!(output = %String::from_utf8_lossy(&before).trim_end(), "a warm interpreter wrote this while starting");
     }
-    rx.into_nonblocking_fd().map_err(|e| format!("pipe: {e}"))
+    rx.into_nonblocking_fd().map_err(WarmError::Pipe)
 }
 
 /// Build one warm sandbox and wait until its interpreter has been exec'd.
@@ -275,7 +296,7 @@ pub(super) async fn build(
     daemon: &Arc<Daemon>,
     active: &Arc<ActiveProfile>,
     limits: &crate::profile::JobLimits,
-) -> Result<WarmSandbox, String> {
+) -> Result<WarmSandbox, WarmError> {
     let job_id = daemon
         .next_job
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -294,14 +315,14 @@ pub(super) async fn build(
         let reqs = &active.profile.warm_packages;
         let ready = super::packages::for_job(daemon, active, reqs, &Notify::new())
             .await
-            .map_err(|e| format!("warm.packages: {}", e.message))?;
+            .map_err(WarmError::Packages)?;
         if plan.zygote.is_some() {
             // A zygote imports its preload with every capability of its user namespace
             // and no Landlock: only from the environment this daemon built for this
             // profile's own request (docs/ARCHITECTURE.md, "What a zygote trusts").
             if let Ok(m) = &daemon.packages {
                 m.check_built_for(active, reqs, &ready.entry)
-                    .map_err(|e| format!("warm.packages: {}", e.message))?;
+                    .map_err(WarmError::Packages)?;
             }
         }
         crate::packages::install::use_env(&mut plan, &ready.entry.env());
@@ -334,12 +355,12 @@ pub(super) async fn build(
             Some(FromSpawner::Running { landlock, .. }) => break landlock,
             Some(FromSpawner::Finished { report, .. }) => {
                 return Err(match report.failure {
-                    Some(f) => format!("sandbox setup failed at {}: {}", f.step, f.detail),
-                    None => "the sandbox ended before its interpreter started".into(),
+                    Some(f) => WarmError::Setup(f),
+                    None => WarmError::EndedBeforeStart,
                 })
             }
             Some(_) => continue,
-            None => return Err("the spawner went away".into()),
+            None => return Err(WarmError::SpawnerGone),
         }
     };
     // The bootstrap says it is waiting with one NUL byte on stderr; anything else is its
