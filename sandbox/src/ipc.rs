@@ -99,6 +99,21 @@ pub enum FromSpawner {
         #[serde(skip)]
         dir: Passed,
     },
+    /// One of the spawner's own log lines, for the server's `tracing` (so every line the
+    /// daemon writes has the configured `log_format`). May come at any time, before
+    /// `Ready` too. Appended: older variants keep their tags.
+    Log {
+        level: LogLevel,
+        message: String,
+    },
+}
+
+/// The level of a [`FromSpawner::Log`] line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LogLevel {
+    Error,
+    Warn,
+    Info,
 }
 
 impl FromSpawner {

@@ -550,6 +550,42 @@ async fn json_logs_are_one_object_per_line() {
     assert!(finished, "no `job finished` line\n{log}");
 }
 
+/// `log_format = "json"` holds for the spawner's own lines too: they travel over the link
+/// to the server's subscriber. A daemon binary without the zygote library next to it makes
+/// the spawner say so at start (a warning it writes itself, before `Ready`).
+#[tokio::test(flavor = "multi_thread")]
+async fn json_logs_include_the_spawners_own_lines() {
+    if !require_root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let lone = dir.path().join("vivariumd");
+    std::fs::copy(bin("vivariumd"), &lone).unwrap();
+    let mut opts = DaemonOpts::default().config_line("log_format = \"json\"");
+    opts.binary = Some((lone, Vec::new()));
+    let mut daemon = Daemon::start(opts);
+    let done = daemon.run("print(1)").await;
+    assert_eq!(done.outcome.reason, Reason::Ok, "{}", describe(&done));
+    let status = daemon.terminate().expect("the daemon did not exit");
+    assert!(status.success(), "{status}");
+    let log = daemon.log();
+    let mut spawner_line = false;
+    for line in log.lines() {
+        let v: serde_json::Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {line}\n--- log ---\n{log}"));
+        if v["target"] == "vivariumd::spawner" {
+            let message = v["fields"]["message"].as_str().unwrap_or_default();
+            assert!(
+                message.contains("not found next to the daemon's binary"),
+                "{line}"
+            );
+            assert_eq!(v["level"], "WARN", "{line}");
+            spawner_line = true;
+        }
+    }
+    assert!(spawner_line, "no line from the spawner\n{log}");
+}
+
 /// The service's `CapabilityBoundingSet=` is enough: a daemon started under
 /// `setpriv --bounding-set` with exactly that set runs jobs with every layer in force and
 /// enforces a cgroup limit.

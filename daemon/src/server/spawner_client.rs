@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 use tokio_seqpacket::ancillary::AncillaryMessageWriter;
 use tokio_seqpacket::UnixSeqpacket;
 use vivarium_sandbox::ipc::{
-    self, FromSpawner, KillCause, SpawnerConfig, ToSpawner, MAX_LINK_FRAME, SPAWNER_ARG,
+    self, FromSpawner, KillCause, LogLevel, SpawnerConfig, ToSpawner, MAX_LINK_FRAME, SPAWNER_ARG,
 };
 use vivarium_sandbox::plan::JobPlan;
 
@@ -103,8 +103,15 @@ impl SpawnerClient {
             .await
             .map_err(SpawnerError::Link)?;
         let mut buf = vec![0u8; MAX_LINK_FRAME + 1];
-        let n = sock.recv(&mut buf).await.map_err(SpawnerError::Link)?;
-        let facts = match ipc::decode::<FromSpawner>(&buf[..n]) {
+        // The spawner's log lines may come before `Ready`.
+        let (n, first) = loop {
+            let n = sock.recv(&mut buf).await.map_err(SpawnerError::Link)?;
+            match ipc::decode::<FromSpawner>(&buf[..n]) {
+                Some(FromSpawner::Log { level, message }) => log_line(level, &message),
+                msg => break (n, msg),
+            }
+        };
+        let facts = match first {
             Some(FromSpawner::Ready {
                 cgroup,
                 controllers,
@@ -225,6 +232,10 @@ async fn route(sock: Arc<UnixSeqpacket>, routes: Routes, gone: Arc<tokio::sync::
             | FromSpawner::Egress { job_id, .. }
             | FromSpawner::Exported { job_id, .. } => (*job_id, false),
             FromSpawner::Finished { job_id, .. } => (*job_id, true),
+            FromSpawner::Log { level, message } => {
+                log_line(*level, message);
+                continue;
+            }
             _ => continue,
         };
         let mut routes = routes.lock().expect("routes lock");
@@ -241,4 +252,14 @@ async fn route(sock: Arc<UnixSeqpacket>, routes: Routes, gone: Arc<tokio::sync::
     // Dropping every sender tells every waiting job that the spawner is gone.
     routes.lock().expect("routes lock").clear();
     gone.notify_one();
+}
+
+/// One of the spawner's own log lines (`FromSpawner::Log`), written by the daemon's
+/// subscriber like every other line (JSON with `log_format = "json"`).
+fn log_line(level: LogLevel, message: &str) {
+    match level {
+        LogLevel::Error => tracing::error!(target: "vivariumd::spawner", "{message}"),
+        LogLevel::Warn => tracing::warn!(target: "vivariumd::spawner", "{message}"),
+        LogLevel::Info => tracing::info!(target: "vivariumd::spawner", "{message}"),
+    }
 }

@@ -5,6 +5,7 @@
 //! One `poll` loop serves the link to the server, every job's pidfd and status pipe,
 //! and the deadlines (wall clock, and CPU time sampled from the job's cgroup).
 
+mod log;
 mod template;
 mod zygote;
 
@@ -225,11 +226,12 @@ pub fn main() -> ! {
             sys::exit_now(1);
         }
     };
+    log::attach(link.as_fd());
     // Dispositions and mask as a fresh process has them, not as the daemon was started
     // with (ignored and blocked signals survive execve, and every job's init and
     // payload are clones of this process).
     if let Err(e) = sys::reset_signals() {
-        eprintln!("vivariumd spawner: resetting signal dispositions: {e}");
+        log::log_error!("resetting signal dispositions: {e}");
         sys::exit_now(1);
     }
     // If the server dies, so do we (and with us, through their own death signal, the
@@ -246,7 +248,7 @@ pub fn main() -> ! {
     let code = match run(link) {
         Ok(()) => 0,
         Err(e) => {
-            eprintln!("vivariumd spawner: {e}");
+            log::log_error!("{e}");
             1
         }
     };

@@ -86,8 +86,8 @@ impl Zygotes {
             .ok()
             .and_then(|exe| zy::find_library(&exe));
         if library.is_none() {
-            eprintln!(
-                "vivariumd spawner: {} not found next to the daemon's binary: warm profiles with zygote = true start their sandboxes cold",
+            super::log::log_warn!(
+                "{} not found next to the daemon's binary: warm profiles with zygote = true start their sandboxes cold",
                 zy::LIBRARY_NAME
             );
         }
