@@ -167,12 +167,15 @@ fn run(cli: Cli, source: ConfigSource, weakening: Weakening) -> anyhow::Result<(
         if let Some(path) = bound {
             let _ = std::fs::remove_file(&path);
         }
-        if let Err(e) = vivarium_sandbox::cgroup::Cgroups::detect(&daemon.config.cgroup_subtree)
-            .and_then(|c| c.remove_subtree())
-        {
-            tracing::warn!(error = %crate::error_chain(&e), "cgroup subtree not removed");
-        }
+        // The spawner removes its cgroup subtree as it exits (`spawner::run`); one that
+        // died could not, and its jobs died with it: their cgroups go now (a restarted
+        // daemon's spawner would reap them too).
         if stop == lifecycle::Stop::SpawnerGone {
+            if let Err(e) = vivarium_sandbox::cgroup::Cgroups::detect(&daemon.config.cgroup_subtree)
+                .and_then(|c| c.remove_subtree())
+            {
+                tracing::warn!(error = %crate::error_chain(&e), "cgroup subtree not removed");
+            }
             bail!("the privileged spawner died; no job can run (its jobs died with it)");
         }
         Ok(())

@@ -19,7 +19,7 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use vivarium_proto::CgroupVersion;
-use vivarium_sandbox::cgroup::{Cgroups, JobCgroup, Limits, Version};
+use vivarium_sandbox::cgroup::{Cgroups, Home, JobCgroup, Limits, Version};
 use vivarium_sandbox::init::{self, InitArgs, InitFds, Prepared};
 use vivarium_sandbox::ipc::{
     self, FromSpawner, JobReport, KillCause, SpawnerConfig, ToSpawner, LINK_FD, MAX_LINK_FRAME,
@@ -293,27 +293,26 @@ fn run(link: OwnedFd) -> Result<(), String> {
         let _ = send_msg(&link, &FromSpawner::InitFailed(e.clone()));
         return Err(e);
     }
-    let setup_cgroups = || -> Result<Cgroups, String> {
+    let setup_cgroups = || -> Result<(Cgroups, Home), String> {
         let cgroups = Cgroups::detect(&config.cgroup_subtree).map_err(|e| error_chain(&e))?;
         cgroups.setup().map_err(|e| error_chain(&e))?;
         cgroups.reap_stale().map_err(|e| error_chain(&e))?;
-        if cgroups.version() == Version::V1 {
-            cgroups.enter_home().map_err(|e| error_chain(&e))?;
-        }
-        Ok(cgroups)
+        let home = cgroups.enter_home().map_err(|e| error_chain(&e))?;
+        Ok((cgroups, home))
     };
-    let setup = || -> Result<(Option<Cgroups>, Option<String>), String> {
+    type Setup = (Option<Cgroups>, Option<Home>, Option<String>);
+    let setup = || -> Result<Setup, String> {
         std::fs::create_dir_all(config.state_dir.join("root")).map_err(|e| e.to_string())?;
         match setup_cgroups() {
-            Ok(c) => Ok((Some(c), None)),
+            Ok((c, home)) => Ok((Some(c), Some(home), None)),
             // A root daemon must have its cgroup tree. A user's daemon runs without
             // one when it has no delegated subtree; profiles that need cgroup limits
             // are then disabled by the server, with this reason.
-            Err(e) if config.rootless => Ok((None, Some(e))),
+            Err(e) if config.rootless => Ok((None, None, Some(e))),
             Err(e) => Err(e),
         }
     };
-    let (cgroups, cgroup_problem) = match setup() {
+    let (cgroups, home, cgroup_problem) = match setup() {
         Ok(c) => c,
         Err(e) => {
             let _ = send_msg(&link, &FromSpawner::InitFailed(e.clone()));
@@ -367,7 +366,17 @@ fn run(link: OwnedFd) -> Result<(), String> {
         timed: false,
         slot_wait: std::collections::VecDeque::new(),
     };
-    spawner.serve()
+    let served = spawner.serve();
+    // Every job is gone by now (after `Shutdown`; else killed here): the spawner removes
+    // what it made, its cgroup subtree included (v1: after moving back to where it came
+    // from, its home being one of the subtree's cgroups).
+    spawner.shutdown();
+    if let Some((cgroups, home)) = spawner.cgroups.as_ref().zip(home) {
+        if let Err(e) = home.leave().and_then(|()| cgroups.remove_subtree()) {
+            log::log_warn!("cgroup subtree not removed: {}", error_chain(&e));
+        }
+    }
+    served
 }
 
 fn wire_version(v: Version) -> CgroupVersion {

@@ -254,12 +254,13 @@ impl Cgroups {
         }
     }
 
-    /// v1: move the calling thread (the single-threaded spawner) into `<subtree>/spawner`.
-    /// v2: nothing to do, `setup` already moved the daemon into its leaf.
-    pub fn enter_home(&self) -> Result<(), CgroupError> {
+    /// v1: move the calling thread (the single-threaded spawner) into `<subtree>/spawner`;
+    /// the [`Home`] knows where it came from. v2: nothing to do, `setup` already moved the
+    /// daemon into its leaf.
+    pub fn enter_home(&self) -> Result<Home, CgroupError> {
         match &self.backend {
-            Backend::V1(b) => b.enter_home(),
-            Backend::V2(_) => Ok(()),
+            Backend::V1(b) => b.enter_home().map(|origins| Home { origins }),
+            Backend::V2(_) => Ok(Home::default()),
         }
     }
 
@@ -294,6 +295,20 @@ impl Cgroups {
             Backend::V1(b) => b.remove_subtree(),
             Backend::V2(b) => b.reap_stale().map(drop),
         }
+    }
+}
+
+/// Where the spawner was before [`Cgroups::enter_home`] (v1: its `tasks` file in each
+/// hierarchy), so that it can leave its home and remove the whole subtree at shutdown.
+#[derive(Debug, Default)]
+pub struct Home {
+    origins: Vec<std::ffi::CString>,
+}
+
+impl Home {
+    /// Move the calling thread back to the cgroups it came from (v2: nothing to do).
+    pub fn leave(&self) -> Result<(), CgroupError> {
+        self.origins.iter().try_for_each(|t| files::attach_self(t))
     }
 }
 

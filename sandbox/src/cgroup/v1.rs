@@ -76,11 +76,17 @@ impl V1 {
         Ok(())
     }
 
-    pub(super) fn enter_home(&self) -> Result<(), CgroupError> {
+    /// Move the calling thread into `<subtree>/spawner` of every hierarchy; returns the
+    /// `tasks` files of the cgroups it was in (as far as `/proc/self/cgroup` names them
+    /// under a hierarchy's mount), to come back to before the subtree is removed.
+    pub(super) fn enter_home(&self) -> Result<Vec<CString>, CgroupError> {
+        let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+        let mut origins = Vec::with_capacity(self.hierarchies.len());
         for h in &self.hierarchies {
+            origins.extend(origin(h, &own).map(|dir| c_path(&dir.join("tasks"))));
             attach_self(&c_path(&self.base(h).join(V1_HOME).join("tasks")))?;
         }
-        Ok(())
+        Ok(origins)
     }
 
     pub(super) fn create_job(&self, name: &str, limits: &Limits) -> Result<Job, CgroupError> {
@@ -146,6 +152,22 @@ impl V1 {
         }
         Ok(())
     }
+}
+
+/// The directory of `h` that `/proc/self/cgroup` (its text) places the caller in: the line
+/// whose controller list is exactly the hierarchy's, its path under the hierarchy's mount.
+fn origin(h: &Hierarchy, proc_self_cgroup: &str) -> Option<PathBuf> {
+    proc_self_cgroup.lines().find_map(|line| {
+        let mut fields = line.splitn(3, ':');
+        let (_, names, path) = (fields.next()?, fields.next()?, fields.next()?);
+        let mut names: Vec<&str> = names.split(',').collect();
+        let mut want: Vec<&str> = h.controllers.iter().map(|c| c.as_str()).collect();
+        names.retain(|n| Controller::ALL.iter().any(|c| c.as_str() == *n));
+        names.sort_unstable();
+        want.sort_unstable();
+        (names == want && path.starts_with('/') && !path.contains("/../"))
+            .then(|| h.mount.join(path.trim_start_matches('/')))
+    })
 }
 
 /// Hierarchical accounting makes the subtree's usage the sum of its jobs. Kernels since 5.16
@@ -292,6 +314,7 @@ mod tests {
     use super::super::files;
     use super::super::fixture::{map, snapshot, v1_tree};
     use super::super::{CgroupError, Cgroups, Controller, Limits, Stats};
+    use super::{origin, Hierarchy};
     use Controller::{Cpu, Cpuacct, Memory, Pids};
 
     const LIMITS: Limits = Limits {
@@ -520,5 +543,34 @@ mod tests {
             assert_eq!(left, [tmp.path().join(c).join("vivarium/spawner")]);
         }
         cg.remove_subtree().unwrap();
+    }
+
+    #[test]
+    fn the_spawners_origin_is_its_line_with_exactly_the_hierarchys_controllers() {
+        let cpu = Hierarchy {
+            controllers: vec![Cpu, Cpuacct],
+            mount: "/sys/fs/cgroup/cpu,cpuacct".into(),
+        };
+        let memory = Hierarchy {
+            controllers: vec![Memory],
+            mount: "/sys/fs/cgroup/memory".into(),
+        };
+        let text = "12:pids:/user.slice\n5:cpuacct,cpu:/system.slice/x.service\n\
+                    4:memory:/\n1:name=systemd:/init.scope\n0::/\n";
+        assert_eq!(
+            origin(&cpu, text),
+            Some("/sys/fs/cgroup/cpu,cpuacct/system.slice/x.service".into())
+        );
+        assert_eq!(origin(&memory, text), Some("/sys/fs/cgroup/memory/".into()));
+        let odd = Hierarchy {
+            controllers: vec![Memory, Pids],
+            mount: "/m".into(),
+        };
+        assert_eq!(
+            origin(&odd, text),
+            None,
+            "no line has exactly memory and pids"
+        );
+        assert_eq!(origin(&memory, "4:memory:/a/../../etc\n"), None);
     }
 }
