@@ -305,7 +305,7 @@ fn init(
     // job, which seccomp refuses anyway): after init's own last namespace, in that user
     // namespace (the sysctl acts on the writer's), where init holds CAP_SYS_RESOURCE;
     // lowered for good (the payload never holds it).
-    set_user_ns_limits(plan.is_zygote || weakening.drops(Layer::NamespaceLimits))?;
+    set_user_ns_limits(plan.kind.is_zygote() || weakening.drops(Layer::NamespaceLimits))?;
 
     // The job's private loopback (`NetworkPlan::Loopback`): already up in the spawner's
     // spare namespace (which belongs to the host's user namespace: nothing here could
@@ -324,7 +324,7 @@ fn init(
     std::fs::File::from(fds.code)
         .read_to_end(&mut code)
         .map_err(|e| SetupError::io("read-code", "memfd".as_ref(), &e))?;
-    if !plan.is_zygote {
+    if !plan.kind.is_zygote() {
         // (A zygote's program is its `-c`; its /work is a read-only empty directory.)
         mount::write_script(SCRIPT_PATH.as_ref(), &code, owner)?;
     }
@@ -562,7 +562,7 @@ fn payload(
         } else {
             OtherFds::CloseOnExec
         },
-        privileges: if weakening.drops(Layer::Caps) || plan.is_zygote {
+        privileges: if weakening.drops(Layer::Caps) || plan.kind.is_zygote() {
             Privileges::Keep
         } else {
             Privileges::Drop {
@@ -570,7 +570,7 @@ fn payload(
                 dumpable_again: false,
             }
         },
-        landlock: (!weakening.drops(Layer::Landlock) && !plan.is_zygote)
+        landlock: (!weakening.drops(Layer::Landlock) && !plan.kind.is_zygote())
             .then_some((&plan.landlock, kernel_landlock_abi)),
         filters: if weakening.drops(Layer::Seccomp) {
             &[]

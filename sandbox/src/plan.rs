@@ -179,33 +179,84 @@ pub struct JobPlan {
     pub cgroup_view: Vec<ViewMount>,
     pub wall_ms: u64,
     pub cpu_ms: u64,
-    /// A warm sandbox: the interpreter starts now and waits for its job on stdin; the
-    /// deadlines start when the spawner is told the job has been delivered (`Arm`).
-    pub warm: bool,
+    /// What the sandbox is for: a one-shot job, a warm sandbox, a zygote, an install.
+    pub kind: PlanKind,
     /// What the job's (always fresh) network namespace holds.
     pub network: NetworkPlan,
-    /// A directory of the sandbox (its path inside) that the server gets an open fd to
-    /// once the payload runs (`FromSpawner::Exported`): a package install's environment,
-    /// built on a capped tmpfs there and copied out after the sandbox has ended.
-    #[serde(default)]
-    pub export: Option<PathBuf>,
     /// Set by the spawner, not the server: the job gets a time namespace of its own
     /// (`crate::timens`). A zygote-forked job's init makes it, and fails without it.
     #[serde(default)]
     pub time_ns: bool,
-    /// Set by the spawner for a job forked from a zygote: its id slot, which gives it
-    /// ids of its own ([`ZYGOTE_JOB_IDS`]). `None` for every other plan.
-    pub zygote_slot: Option<u32>,
-    /// A warm sandbox that the spawner may build by forking the profile's zygote (see
+}
+
+/// What a plan's sandbox is for. One field instead of several flags, so that the
+/// combinations that cannot be (a zygote with an export, an id slot of a zygote's on a
+/// cold job, a zygote plan on a one-shot job) cannot be written.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PlanKind {
+    /// A cold one-shot job: the script is `/work/main.py`, its deadlines start at the
+    /// clone.
+    Job,
+    /// A warm sandbox: the interpreter starts now and waits for its job on stdin; the
+    /// deadlines start when the spawner is told the job has been delivered (`Arm`).
+    /// `zygote`: the spawner may build it by forking the profile's zygote (see
     /// `crate::zygote`) instead of a cold start; `None`: always a cold start.
-    #[serde(default)]
-    pub zygote: Option<ZygotePlan>,
-    /// This plan starts a zygote: its interpreter keeps its capabilities in the
-    /// sandbox's user namespace and gets neither Landlock nor seccomp (it builds each
-    /// job's namespaces and mounts; every job applies both layers itself), and it gets
-    /// the spawner's control socket and the zygote library as fds 3 and 4.
-    #[serde(default)]
-    pub is_zygote: bool,
+    Warm { zygote: Option<ZygotePlan> },
+    /// A warm sandbox forked from a zygote (set by the spawner, from a `Warm` plan whose
+    /// zygote part it has taken): its id slot, which gives it ids of its own
+    /// ([`ZYGOTE_JOB_IDS`]).
+    Forked { slot: u32 },
+    /// Starts a zygote (`crate::zygote::zygote_plan`, in the spawner): its interpreter
+    /// keeps its capabilities in the sandbox's user namespace and gets neither Landlock
+    /// nor seccomp (it builds each job's namespaces and mounts; every job applies both
+    /// layers itself), and it gets the spawner's control socket and the zygote library
+    /// as fds 3 and 4.
+    Zygote,
+    /// A package install: a one-shot job whose directory `export` (its path inside) the
+    /// server gets an open fd to once the payload runs (`FromSpawner::Exported`): the
+    /// environment, built on a capped tmpfs there and copied out after the sandbox has
+    /// ended.
+    Install { export: PathBuf },
+    // (Room for `Session`: a sandbox that serves several jobs in turn.)
+}
+
+impl PlanKind {
+    /// A sandbox that waits for its job (a warm one, forked or not, or a zygote): it has
+    /// no deadline until `Arm`.
+    pub fn waits_for_arm(&self) -> bool {
+        matches!(
+            self,
+            PlanKind::Warm { .. } | PlanKind::Forked { .. } | PlanKind::Zygote
+        )
+    }
+
+    pub fn is_zygote(&self) -> bool {
+        *self == PlanKind::Zygote
+    }
+
+    /// The zygote part of a warm plan that may be forked from one.
+    pub fn zygote(&self) -> Option<&ZygotePlan> {
+        match self {
+            PlanKind::Warm { zygote } => zygote.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// The id slot of a job forked from a zygote.
+    pub fn forked_slot(&self) -> Option<u32> {
+        match self {
+            PlanKind::Forked { slot } => Some(*slot),
+            _ => None,
+        }
+    }
+
+    /// The directory an install exports.
+    pub fn export(&self) -> Option<&PathBuf> {
+        match self {
+            PlanKind::Install { export } => Some(export),
+            _ => None,
+        }
+    }
 }
 
 /// How a profile's zygote is kept.

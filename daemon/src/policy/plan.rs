@@ -6,9 +6,9 @@ use crate::profile::{JobLimits, NetworkMode, Profile};
 use std::path::{Path, PathBuf};
 use vivarium_sandbox::cgroup::ViewMount;
 use vivarium_sandbox::plan::{
-    CgroupPlan, JobPlan, LandlockPlan, MountStep, NetworkPlan, RlimitFallback, RlimitPlan,
-    ZygotePlan, ZygoteSeccompWire, EGRESS_PORT, HOSTNAME, MEMLOCK_BYTES, MSGQUEUE_BYTES,
-    SCRIPT_PATH, SIGPENDING, WARM_BOOTSTRAP,
+    CgroupPlan, JobPlan, LandlockPlan, MountStep, NetworkPlan, PlanKind, RlimitFallback,
+    RlimitPlan, ZygotePlan, ZygoteSeccompWire, EGRESS_PORT, HOSTNAME, MEMLOCK_BYTES,
+    MSGQUEUE_BYTES, SCRIPT_PATH, SIGPENDING, WARM_BOOTSTRAP,
 };
 
 /// The minimal /etc the sandbox gets (besides the profile's optional binds).
@@ -308,13 +308,9 @@ pub fn build(
         cgroup_view,
         wall_ms: limits.wall_ms,
         cpu_ms: limits.cpu_ms,
-        warm: false,
+        kind: PlanKind::Job,
         network,
-        export: None,
         time_ns: false,
-        zygote_slot: None,
-        zygote: None,
-        is_zygote: false,
     }
 }
 
@@ -336,9 +332,8 @@ pub fn build_warm(
     plan.argv.push(WARM_BOOTSTRAP.into());
     // The modules to import before waiting: the bootstrap's own argv.
     plan.argv.extend(profile.file.warm.preload.iter().cloned());
-    plan.warm = true;
     let warm = &profile.file.warm;
-    plan.zygote = zygote_seccomp.filter(|_| warm.zygote).map(|z| ZygotePlan {
+    let zygote = zygote_seccomp.filter(|_| warm.zygote).map(|z| ZygotePlan {
         key: 0,
         profile: profile.name.clone(),
         generation: 0,
@@ -347,6 +342,7 @@ pub fn build_warm(
         seccomp: z.zygote.clone(),
         job_seccomp: z.job.clone(),
     });
+    plan.kind = PlanKind::Warm { zygote };
     plan
 }
 
@@ -383,7 +379,8 @@ mod tests {
             None,
             Some(&[]),
         );
-        assert!(warm.warm && !cold.warm);
+        assert_eq!(warm.kind, PlanKind::Warm { zygote: None });
+        assert_eq!(cold.kind, PlanKind::Job);
         assert_eq!(
             warm.argv,
             vec!["/usr/bin/python3", "-I", "-u", "-c", WARM_BOOTSTRAP]
@@ -392,7 +389,7 @@ mod tests {
         // limits) is the same plan.
         let strip = |mut plan: JobPlan| {
             plan.argv.clear();
-            plan.warm = false;
+            plan.kind = PlanKind::Job;
             plan.mounts.retain(|m| !matches!(m, MountStep::Mask { .. }));
             plan
         };

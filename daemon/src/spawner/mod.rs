@@ -61,7 +61,7 @@ struct Job {
     internal: bool,
     /// The id of the zygote this job was forked from.
     zygote: Option<u64>,
-    /// `JobPlan::export`: the sandbox directory the server gets an fd to at `Running`.
+    /// `PlanKind::Install`'s export: the sandbox directory the server gets an fd to at `Running`.
     export: Option<PathBuf>,
 }
 
@@ -660,7 +660,7 @@ impl Spawner {
             cpu_quota_us: plan.cgroup.cpu_quota_us,
             cpu_period_us: plan.cgroup.cpu_period_us,
         };
-        let name = if plan.is_zygote {
+        let name = if plan.kind.is_zygote() {
             format!("zygote-{}", u64::MAX - plan.job_id)
         } else {
             format!("job-{}", plan.job_id)
@@ -789,7 +789,7 @@ impl Spawner {
         let now = Instant::now();
         // A warm sandbox has no deadline until its job is delivered (`Arm`); the
         // server kills unused ones when its pool shrinks.
-        let (wall, cpu_limit_ns) = if plan.warm {
+        let (wall, cpu_limit_ns) = if plan.kind.waits_for_arm() {
             (WARM_UNARMED, 0)
         } else {
             (
@@ -818,7 +818,7 @@ impl Spawner {
             reported: false,
             internal: false,
             zygote: None,
-            export: plan.export.clone(),
+            export: plan.kind.export().cloned(),
         }
     }
 
@@ -911,7 +911,7 @@ impl Spawner {
         }
         // The job's mount namespace as a copy of its plan's template (see `template`);
         // the spawner is in the template's namespace only around the clone3.
-        let on_template = !plan.is_zygote && self.templates.enter(plan);
+        let on_template = !plan.kind.is_zygote() && self.templates.enter(plan);
         // SAFETY: the spawner is single-threaded (its own process, one poll loop, no
         // threads started), so the child's copy holds no lock another thread took.
         #[allow(unsafe_code)]
@@ -1007,7 +1007,7 @@ impl Spawner {
                 // Per job, its own pair of host ids: jobs never share a host uid. A
                 // zygote's namespace also maps the ids its forked jobs run as.
                 let host = self.config.id_base + 2 * slot;
-                let jobs = if plan.is_zygote {
+                let jobs = if plan.kind.is_zygote() {
                     zygote_id_map(&self.config)
                 } else {
                     String::new()
