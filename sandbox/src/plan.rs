@@ -97,6 +97,18 @@ pub enum MountStep {
     /// An empty directory on the read-only root: where a zygote's jobs mount their
     /// tmpfs (a zygote has none of its own).
     Dir { path: PathBuf },
+    /// The host's /proc, bound (recursively) in place of a procfs of the job's own: only
+    /// in a plan without a pid namespace ([`Namespaces::pid`]; a new procfs needs one),
+    /// which only the attack suite's test-only weakening makes.
+    HostProc { path: PathBuf },
+    /// A host path bound at `path` (read-only unless `writable`), its mount point made
+    /// on the root: the minimal root switched off for that one path (only the attack
+    /// suite's test-only weakening plans one, for a decoy or a canary it planted).
+    Expose {
+        source: PathBuf,
+        path: PathBuf,
+        writable: bool,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -156,6 +168,80 @@ pub struct CgroupPlan {
     pub cpu_period_us: u64,
 }
 
+/// The namespaces a job's init is born in besides its user, mount and IPC namespaces,
+/// which every job has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Namespaces {
+    pub pid: bool,
+    pub net: bool,
+    /// The network namespace may be one the spawner made ahead (a spare, owned by the
+    /// host's user namespace: nothing in the job has a capability over it); `false`: the
+    /// job's own clone makes it (`CLONE_NEWNET`, owned by the job's user namespace).
+    pub net_spare: bool,
+    pub uts: bool,
+    pub cgroup: bool,
+    /// A time namespace of its own, its clocks near zero, where the daemon can make one
+    /// (a root daemon on a kernel with time namespaces).
+    pub time: bool,
+}
+
+/// What the job's setup applies besides what is data of its own (the mount plan, the
+/// seccomp filters, the cgroup). Every plan the daemon builds has all of it
+/// ([`Layers::FULL`]); only the attack suite's test-only weakening
+/// (`vivariumd::policy::weaken`) switches some off, and marks the plan `weakened`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Layers {
+    pub namespaces: Namespaces,
+    /// The payload applies [`JobPlan::landlock`] (never a zygote's own start).
+    pub landlock: bool,
+    /// The payload drops every capability and becomes uid and gid [`SANDBOX_UID`]
+    /// (`false`: it keeps uid 0 of the job's user namespace and its capabilities there).
+    pub drop_caps: bool,
+    /// Init stays uid 0 of the job's user namespace (and non-dumpable) once the payload
+    /// is forked; `false`: it drops to the payload's ids and is dumpable.
+    pub init_root: bool,
+    /// The job's procfs is mounted `hidepid=invisible`.
+    pub hidepid: bool,
+    /// `vm.memfd_noexec = 2` in the job's pid namespace (a root daemon only).
+    pub memfd_noexec: bool,
+    /// Init closes every fd the clone copied, the payload marks the rest close-on-exec.
+    pub close_fds: bool,
+    /// The root is remounted read-only once the mount plan has run.
+    pub read_only_root: bool,
+    /// The job's tmpfs mounts (/work, /tmp, /dev/shm) are noexec.
+    pub noexec_scratch: bool,
+    /// The job's user namespace may make no namespace of any kind ([`NO_NAMESPACES`]).
+    pub namespace_limits: bool,
+    /// Something is switched off: a test-only plan. The spawner refuses one unless it
+    /// was started for the attack suite (`VIVARIUM_TEST_WEAKENED=1`), and never forks
+    /// one from a zygote or copies its root from a mount template.
+    pub weakened: bool,
+}
+
+impl Layers {
+    /// The full sandbox: what every plan the daemon builds gets.
+    pub const FULL: Layers = Layers {
+        namespaces: Namespaces {
+            pid: true,
+            net: true,
+            net_spare: true,
+            uts: true,
+            cgroup: true,
+            time: true,
+        },
+        landlock: true,
+        drop_caps: true,
+        init_root: true,
+        hidepid: true,
+        memfd_noexec: true,
+        close_fds: true,
+        read_only_root: true,
+        noexec_scratch: true,
+        namespace_limits: true,
+        weakened: false,
+    };
+}
+
 /// One job's sandbox, ready to execute.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobPlan {
@@ -187,6 +273,8 @@ pub struct JobPlan {
     /// (`crate::timens`). A zygote-forked job's init makes it, and fails without it.
     #[serde(default)]
     pub time_ns: bool,
+    /// What the setup applies: [`Layers::FULL`] but in the attack suite.
+    pub layers: Layers,
 }
 
 /// What a plan's sandbox is for. One field instead of several flags, so that the

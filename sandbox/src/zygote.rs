@@ -408,7 +408,12 @@ fn prepare(encoded: &mut [u8], attach: &[OwnedFd]) -> Result<(JobPlan, Prepared)
     }
     // The job's fresh mounts belong to the ids its payload's uid and gid map to.
     let ids = job_ids(&plan)?;
-    mount::populate_fresh(&plan.mounts, (ids, ids), mount::FreshProc::Zygote)?;
+    mount::populate_fresh(
+        &plan.mounts,
+        (ids, ids),
+        mount::FreshProc::Zygote,
+        &plan.layers,
+    )?;
     // The job's own cgroup, read-only, in the cgroup namespace just made (rooted at the
     // job's cgroup, which we joined first); on the zygote's empty mount points.
     mount::cgroup_view(&plan.cgroup_view)?;

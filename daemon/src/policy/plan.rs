@@ -6,7 +6,7 @@ use crate::profile::{JobLimits, NetworkMode, Profile};
 use std::path::{Path, PathBuf};
 use vivarium_sandbox::cgroup::ViewMount;
 use vivarium_sandbox::plan::{
-    CgroupPlan, JobPlan, LandlockPlan, MountStep, NetworkPlan, PlanKind, RlimitFallback,
+    CgroupPlan, JobPlan, LandlockPlan, Layers, MountStep, NetworkPlan, PlanKind, RlimitFallback,
     RlimitPlan, ZygotePlan, ZygoteSeccompWire, EGRESS_PORT, HOSTNAME, MEMLOCK_BYTES,
     MSGQUEUE_BYTES, SCRIPT_PATH, SIGPENDING, WARM_BOOTSTRAP,
 };
@@ -311,6 +311,7 @@ pub fn build(
         kind: PlanKind::Job,
         network,
         time_ns: false,
+        layers: Layers::FULL,
     }
 }
 

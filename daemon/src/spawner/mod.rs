@@ -9,6 +9,7 @@ mod template;
 mod zygote;
 
 use crate::error_chain;
+use crate::policy::weaken;
 use nix::fcntl::OFlag;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::socket::{send, MsgFlags};
@@ -26,7 +27,6 @@ use vivarium_sandbox::ipc::{
 use vivarium_sandbox::plan::{JobPlan, NetworkPlan, SANDBOX_GID, SANDBOX_UID};
 use vivarium_sandbox::report::{decode_all, Failure, InitMsg};
 use vivarium_sandbox::sys;
-use vivarium_sandbox::weaken::{self, Layer};
 
 /// The wall-clock bound of a warm sandbox still waiting for its job (the server's
 /// idle shrink normally ends it much sooner).
@@ -282,8 +282,8 @@ fn run(link: OwnedFd) -> Result<(), String> {
         _ => return Err("expected Init on the link".into()),
     };
     // Fail closed: a weakening only ever comes from the attack suite's test binary,
-    // which also sets this variable (vivarium_sandbox::weaken).
-    if !config.weakening.is_empty() && std::env::var(weaken::TEST_ENV).as_deref() != Ok("1") {
+    // which also sets this variable (crate::policy::weaken).
+    if config.weakened && std::env::var(weaken::TEST_ENV).as_deref() != Ok("1") {
         let e = format!(
             "refusing a test-only weakening without {}=1",
             weaken::TEST_ENV
@@ -353,10 +353,7 @@ fn run(link: OwnedFd) -> Result<(), String> {
         } else {
             open_ns("/proc/self/ns/time").ok()
         },
-        templates: template::Templates::new(
-            !config.rootless && config.weakening.is_empty(),
-            config.state_dir.join("root"),
-        ),
+        templates: template::Templates::new(!config.rootless, config.state_dir.join("root")),
         config,
         cgroups,
         landlock_abi,
@@ -592,6 +589,16 @@ impl Spawner {
 
     /// Build and start one job. On error nothing of the job is left behind.
     fn spawn(&mut self, mut plan: JobPlan, fds: Vec<OwnedFd>) -> Result<(), Failure> {
+        // Fail closed: a test-only plan only from a server started for one (whose
+        // spawner checked weaken::TEST_ENV at Init).
+        if plan.layers.weakened && !self.config.weakened {
+            return Err(Failure {
+                step: "weakened".into(),
+                detail: "refusing a test-only weakened plan: the daemon was not started for one"
+                    .into(),
+                errno: 0,
+            });
+        }
         let fds = match self.route(&mut plan, fds)? {
             zygote::Route::Cold(fds) => fds,
             zygote::Route::Deferred => return Ok(()),
@@ -861,15 +868,15 @@ impl Spawner {
         // The spawner never leaves its own cgroup: on v2 the child is cloned into the
         // job's (`CLONE_INTO_CGROUP`), on v1 it moves itself in later (`late`).
         debug_assert!(cgroup.is_none_or(|c| c.dir_fd().is_some()));
-        let weak = &self.config.weakening;
-        let unless = |layer: Layer, flag: libc::c_int| if weak.drops(layer) { 0 } else { flag };
+        let ns = &plan.layers.namespaces;
+        let when = |on: bool, flag: libc::c_int| if on { flag } else { 0 };
         let mut flags = libc::CLONE_NEWUSER
             | libc::CLONE_NEWNS
-            | unless(Layer::PidNs, libc::CLONE_NEWPID)
-            | unless(Layer::NetNs, libc::CLONE_NEWNET)
+            | when(ns.pid, libc::CLONE_NEWPID)
+            | when(ns.net, libc::CLONE_NEWNET)
             | libc::CLONE_NEWIPC
-            | unless(Layer::UtsNs, libc::CLONE_NEWUTS)
-            | unless(Layer::CgroupNs, libc::CLONE_NEWCGROUP);
+            | when(ns.uts, libc::CLONE_NEWUTS)
+            | when(ns.cgroup, libc::CLONE_NEWCGROUP);
         if late {
             // Init makes its cgroup namespace once it is in the job's cgroup.
             flags &= !libc::CLONE_NEWCGROUP;
@@ -883,7 +890,7 @@ impl Spawner {
             let (ns, listener) = self.net.egress().map_err(|e| os("egress-netns", e))?;
             egress = Some(listener);
             Some(ns)
-        } else if flags & libc::CLONE_NEWNET != 0 && !weak.drops(Layer::NetNsOwner) {
+        } else if flags & libc::CLONE_NEWNET != 0 && ns.net_spare {
             self.net.take(plan.network)
         } else {
             None
@@ -904,7 +911,7 @@ impl Spawner {
         // `vivarium_sandbox::timens`): made for the spawner's children just before the clone, so
         // init is born in it; the spawner's own clocks never change.
         let timed = self.time_home.is_some()
-            && !weak.drops(Layer::TimeNs)
+            && ns.time
             && vivarium_sandbox::timens::unshare_near_zero().is_ok();
         if !timed {
             self.leave_time_ns(None);
@@ -955,7 +962,6 @@ impl Spawner {
                 on_template,
                 kernel_landlock_abi: self.landlock_abi,
                 rootless: self.config.rootless,
-                weakening: &self.config.weakening,
                 fds: InitFds {
                     sync: sync_r,
                     status: status_w,

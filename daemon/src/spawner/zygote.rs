@@ -151,10 +151,11 @@ impl Spawner {
         let idle_secs = zplan.idle_secs;
         let profile = zplan.profile.clone();
         let generation = zplan.generation;
-        // A test-only weakening is applied by the cold path only; rootless and
+        // A zygote-forked job's setup is the full sandbox's: a test-only plan starts cold
+        // (the server's weakening takes its zygote part off anyway); rootless and
         // cgroup-less daemons have no zygotes.
         if self.zygotes.library.is_none()
-            || !self.config.weakening.is_empty()
+            || plan.layers.weakened
             || self.config.rootless
             || self.cgroups.is_none()
         {
@@ -426,11 +427,7 @@ impl Spawner {
         // The forked job's init makes its time namespace where the spawner can make one
         // for a cold job (`JobPlan::time_ns`).
         let mut sent = plan.clone();
-        sent.time_ns = self.time_home.is_some()
-            && !self
-                .config
-                .weakening
-                .drops(vivarium_sandbox::weaken::Layer::TimeNs);
+        sent.time_ns = self.time_home.is_some() && plan.layers.namespaces.time;
         let msg = ipc::encode(&sent);
         sendmsg::<()>(
             z.ctl.as_raw_fd(),
@@ -500,11 +497,7 @@ impl Spawner {
         );
         job.zygote = zygote;
         job.report.seccomp_filters = u32::try_from(filters).ok();
-        job.report.time_namespace = self.time_home.is_some()
-            && !self
-                .config
-                .weakening
-                .drops(vivarium_sandbox::weaken::Layer::TimeNs);
+        job.report.time_namespace = self.time_home.is_some() && plan.layers.namespaces.time;
         if let Some(cause) = killed {
             super::kill(&mut job, cause);
         }
