@@ -4,6 +4,7 @@
 //! only the test-only `vivariumd-weakened` (under `tests/`) passes anything else.
 
 use crate::config::{Config, LogFormat};
+use crate::policy::weaken::Weakening;
 use crate::server::lifecycle::{self, ConfigSource, Loaded};
 use crate::server::{self, activation, spawner_client, Daemon};
 use crate::spawner;
@@ -14,7 +15,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use vivarium_sandbox::ipc::{SpawnerConfig, SPAWNER_ARG};
-use vivarium_sandbox::weaken::Weakening;
 
 #[derive(Parser, Debug)]
 #[command(name = "vivariumd", version, about = "The Vivarium sandbox daemon")]
@@ -118,7 +118,7 @@ fn run(cli: Cli, source: ConfigSource, weakening: Weakening) -> anyhow::Result<(
         // A job's id slot is freed when its init has exited, a few ms after its
         // outcome went out and the next job may already be starting: keep spares.
         max_jobs: config.id_slots(),
-        weakening,
+        weakened: !weakening.is_empty(),
     };
     // Start the privileged spawner while this process is still single-threaded.
     raise_nofile_limit();
@@ -128,7 +128,7 @@ fn run(cli: Cli, source: ConfigSource, weakening: Weakening) -> anyhow::Result<(
         .build()?;
     runtime.block_on(async move {
         // Ready means the spawner is up and has set up the cgroup subtree.
-        let (client, facts, mut child) = spawner_client::SpawnerClient::attach(unattached, spawner_config).await?;
+        let (client, facts, mut child) = spawner_client::SpawnerClient::attach(unattached, spawner_config, weakening).await?;
         let daemon = Arc::new(Daemon::new(config, profiles, facts, client, allowed_gids));
         for (name, p) in &daemon.live().profiles {
             match &p.disabled {

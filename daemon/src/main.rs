@@ -4,6 +4,6 @@ fn main() -> std::process::ExitCode {
     // Always the full sandbox: the test-only weakening is not reachable from here.
     vivariumd::entry::main(
         std::env::args_os().collect(),
-        vivarium_sandbox::weaken::Weakening::none(),
+        vivariumd::policy::weaken::Weakening::none(),
     )
 }

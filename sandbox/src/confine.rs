@@ -27,7 +27,7 @@ pub(crate) enum OtherFds {
     CloseOnExec,
     /// Closed now, all but 0-2 and the report pipe (a forked payload: no execve follows).
     CloseNow,
-    /// Left as they are (a test-only weakening, `Layer::CloseFds`).
+    /// Left as they are (a test-only plan without `Layers::close_fds`).
     Keep,
 }
 
@@ -40,7 +40,7 @@ pub(crate) enum Privileges {
         rootless: bool,
         dumpable_again: bool,
     },
-    /// Kept: a zygote's own start, or a test-only weakening (`Layer::Caps`).
+    /// Kept: a zygote's own start, or a test-only plan without `Layers::drop_caps`.
     Keep,
 }
 
@@ -54,9 +54,9 @@ pub(crate) struct Confine<'a> {
     pub other_fds: OtherFds,
     pub privileges: Privileges,
     /// The Landlock plan and the kernel's ABI; `None`: not applied (a zygote's own start,
-    /// or a test-only weakening), reported as not enforced.
+    /// or a test-only plan without `Layers::landlock`), reported as not enforced.
     pub landlock: Option<(&'a LandlockPlan, u32)>,
-    /// The seccomp filters, in installation order (empty only for a test-only weakening).
+    /// The seccomp filters, in installation order (empty only in a test-only plan).
     pub filters: &'a [BpfProgram],
     /// The pipe to init the report goes to (step C6).
     pub report: &'a OwnedFd,

@@ -23,14 +23,13 @@
 //! 8. execve. Until then a failure is reported as (step, errno) on a close-on-exec
 //!    pipe; EOF there means execve worked.
 //!
-//! A test-only [`Weakening`] (see `weaken.rs`) can leave steps out; production always
-//! passes an empty one.
+//! What the setup applies is the plan's data ([`crate::plan::Layers`]): all of it in
+//! every plan the daemon builds, less only in the attack suite's test-only plans.
 
 use crate::confine::{confine, Confine, OtherFds, Privileges};
 use crate::plan::{JobPlan, SANDBOX_GID, SANDBOX_UID, SCRIPT_PATH};
 use crate::report::{encode, Failure, InitMsg, PayloadMsg, WaitStatus};
 use crate::sys;
-use crate::weaken::{self, Layer, Weakening};
 use crate::{caps, mount, rlimit, SetupError};
 use nix::sys::socket::MsgFlags;
 use nix::sys::wait::{waitpid, WaitStatus as NixWait};
@@ -107,8 +106,6 @@ pub struct InitArgs<'a> {
     /// The daemon is an ordinary user: the job's user namespace maps only uid/gid 1000
     /// (to the daemon's own ids), so there is no uid 0 inside to switch to.
     pub rootless: bool,
-    /// Layers to leave out: empty except in the attack suite's test-only binary.
-    pub weakening: &'a Weakening,
     pub fds: InitFds,
 }
 
@@ -139,7 +136,7 @@ pub fn run(args: InitArgs<'_>) -> ! {
     .chain(&fds.attach)
     .map(|f| f.as_raw_fd() as u32)
     .collect::<Vec<_>>();
-    if !args.weakening.drops(Layer::CloseFds) {
+    if args.plan.layers.close_fds {
         // SAFETY: init is a fresh clone of the spawner and goes on with `keep` and stdio
         // alone; the spawner's objects for the other fds (its link, other jobs' pipes)
         // are never used in it.
@@ -156,7 +153,6 @@ pub fn run(args: InitArgs<'_>) -> ! {
         on_template,
         kernel_landlock_abi,
         rootless,
-        weakening,
         fds,
     } = args;
     let status = std::fs::File::from(fds.status);
@@ -169,8 +165,7 @@ pub fn run(args: InitArgs<'_>) -> ! {
         extra: fds.extra,
         attach: fds.attach,
     };
-    // A template is only ever used without a weakening.
-    let root = match on_template && weakening.is_empty() {
+    let root = match on_template {
         true => Root::Template,
         false => Root::Build(new_root),
     };
@@ -178,7 +173,7 @@ pub fn run(args: InitArgs<'_>) -> ! {
         plan,
         prepared,
         root,
-        (kernel_landlock_abi, rootless, weakening),
+        (kernel_landlock_abi, rootless),
         fds,
         &status,
     ) {
@@ -212,7 +207,7 @@ fn init(
     plan: &JobPlan,
     prepared: &Prepared,
     root: Root,
-    (kernel_landlock_abi, rootless, weakening): (u32, bool, &Weakening),
+    (kernel_landlock_abi, rootless): (u32, bool),
     mut fds: ChildFds,
     status: &std::fs::File,
 ) -> Result<(), SetupError> {
@@ -228,7 +223,7 @@ fn init(
     // namespace (Linux 6.3+) and acts on the writer's own, which is the job's; its
     // file is writable only by the host's uid 0, which init still is here. Where the
     // kernel lacks it, or the daemon is not root, the outcome's not_enforced says so.
-    if !rootless && !weakening.drops(Layer::MemfdNoexec) {
+    if !rootless && plan.layers.memfd_noexec {
         set_memfd_noexec()?;
     }
 
@@ -266,16 +261,15 @@ fn init(
     drop(sync);
     let owner = (SANDBOX_UID, SANDBOX_GID);
     match root {
-        Root::Template => mount::populate_fresh(&plan.mounts, owner, mount::FreshProc::Template)?,
+        Root::Template => mount::populate_fresh(
+            &plan.mounts,
+            owner,
+            mount::FreshProc::Template,
+            &plan.layers,
+        )?,
         Root::Build(_) => {
             mount::enter_root()?;
-            if weakening.is_empty() {
-                mount::populate(&plan.mounts, owner)?;
-            } else {
-                let steps = weaken::before_populate(weakening, &plan.mounts)?;
-                mount::populate(&steps, owner)?;
-                weaken::after_populate(weakening, &plan.mounts)?;
-            }
+            mount::populate(&plan.mounts, owner, &plan.layers)?;
             mount::pivot()?;
         }
     }
@@ -285,7 +279,7 @@ fn init(
     //     the namespace.) Before the script is written: its tmpfs pages are the job's.
     if let Some(sock) = fds.attach.take() {
         join_late_cgroup(&sock)?;
-        if !weakening.drops(Layer::CgroupNs) {
+        if plan.layers.namespaces.cgroup {
             nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWCGROUP)
                 .map_err(|e| SetupError::errno("unshare-cgroup", e))?;
         }
@@ -293,19 +287,14 @@ fn init(
 
     // 2c. The job's own cgroup, read-only at /sys/fs/cgroup: now that the root is in
     //     place and the job's cgroup namespace exists (its root is the job's cgroup).
-    //     Never without that namespace (a test-only weakening): it would show the host's;
-    //     nor beneath a test's exposed host path.
-    if weakening.is_empty() {
-        mount::cgroup_view(&plan.cgroup_view)?;
-    } else {
-        mount::cgroup_view(&weaken::cgroup_view(weakening, &plan.cgroup_view))?;
-    }
+    //     (A plan without that namespace has no view: it would show the host's.)
+    mount::cgroup_view(&plan.cgroup_view)?;
 
     // The job's own user namespace limits (its inotify budget; no namespaces for a
     // job, which seccomp refuses anyway): after init's own last namespace, in that user
     // namespace (the sysctl acts on the writer's), where init holds CAP_SYS_RESOURCE;
     // lowered for good (the payload never holds it).
-    set_user_ns_limits(plan.is_zygote || weakening.drops(Layer::NamespaceLimits))?;
+    set_user_ns_limits(plan.kind.is_zygote() || !plan.layers.namespace_limits)?;
 
     // The job's private loopback (`NetworkPlan::Loopback`): already up in the spawner's
     // spare namespace (which belongs to the host's user namespace: nothing here could
@@ -316,7 +305,7 @@ fn init(
     }
 
     // 3. Hostname, the script, rlimits (inherited by the payload).
-    if !weakening.drops(Layer::UtsNs) {
+    if plan.layers.namespaces.uts {
         nix::unistd::sethostname(&plan.hostname)
             .map_err(|e| SetupError::errno("sethostname", e))?;
     }
@@ -324,7 +313,7 @@ fn init(
     std::fs::File::from(fds.code)
         .read_to_end(&mut code)
         .map_err(|e| SetupError::io("read-code", "memfd".as_ref(), &e))?;
-    if !plan.is_zygote {
+    if !plan.kind.is_zygote() {
         // (A zygote's program is its `-c`; its /work is a read-only empty directory.)
         mount::write_script(SCRIPT_PATH.as_ref(), &code, owner)?;
     }
@@ -347,7 +336,7 @@ fn init(
     // The payload runs on init's memory until its execve (see `sys::vfork_run`): it only
     // borrows what init owns and ends in execve or `exit_now`.
     let stdio = [fds.stdin.as_fd(), fds.stdout.as_fd(), fds.stderr.as_fd()];
-    let layers = (kernel_landlock_abi, rootless, weakening);
+    let layers = (kernel_landlock_abi, rootless);
     let mut child = || {
         let err = match payload(&stdio, &fds.extra, plan, prepared, layers, &exec_w) {
             Ok(never) => match never {},
@@ -367,17 +356,38 @@ fn init(
     // The payload has the only copies of stdio that matter: EOF reaches the server
     // as soon as the job's processes are gone.
     drop((fds.stdin, fds.stdout, fds.stderr, fds.extra, exec_w));
-    if !weakening.is_empty() {
-        weaken::init_after_fork(weakening)?;
-    }
-    // (Without a pid namespace of its own, a test-only weakening, kill(-1) would reach
-    // beyond the job: only the payload's process group is killed then.)
-    let everyone = if weakening.drops(Layer::PidNs) {
-        Pid::from_raw(-payload.as_raw())
-    } else {
+    after_fork(&plan.layers)?;
+    // (Without a pid namespace of its own, a test-only plan, kill(-1) would reach beyond
+    // the job: only the payload's process group is killed then.)
+    let everyone = if plan.layers.namespaces.pid {
         Pid::from_raw(-1)
+    } else {
+        Pid::from_raw(-payload.as_raw())
     };
     supervise(payload, exec_r, status, everyone)
+}
+
+/// In init, once the payload is forked: what a plan with fewer layers asks of it (a
+/// test-only plan; nothing for the full sandbox).
+fn after_fork(layers: &crate::plan::Layers) -> Result<(), SetupError> {
+    if !layers.init_root {
+        let (gid, uid) = (Gid::from_raw(SANDBOX_GID), Uid::from_raw(SANDBOX_UID));
+        nix::unistd::setresgid(gid, gid, gid)
+            .map_err(|e| SetupError::errno("weak-init-setresgid", e))?;
+        nix::unistd::setresuid(uid, uid, uid)
+            .map_err(|e| SetupError::errno("weak-init-setresuid", e))?;
+        nix::sys::prctl::set_dumpable(true)
+            .map_err(|e| SetupError::errno("weak-init-dumpable", e))?;
+        // (The credential change cleared the parent-death signal.)
+        sys::set_parent_death_signal(libc::SIGKILL)
+            .map_err(|e| SetupError::io("weak-init-pdeathsig", "/".as_ref(), &e))?;
+    }
+    if !layers.namespaces.pid {
+        // Not a pid namespace's init: take the job's orphans explicitly.
+        nix::sys::prctl::set_child_subreaper(true)
+            .map_err(|e| SetupError::errno("weak-subreaper", e))?;
+    }
+    Ok(())
 }
 
 /// Init's part once the payload is forked: relay the payload's setup report (`Running`
@@ -483,7 +493,7 @@ const MEMFD_NOEXEC: &str = "/proc/sys/vm/memfd_noexec";
 
 /// `/proc/sys/user/<name>` of the caller's user namespace (the sysctl acts on the
 /// writer's). `keep_namespaces`: a zygote keeps its namespace limits (it makes each
-/// forked job's), and so does a test-only weakened job.
+/// forked job's), and so does a plan without `namespace_limits` (test-only).
 pub(super) fn set_user_ns_limits(keep_namespaces: bool) -> Result<(), SetupError> {
     let zero = crate::plan::NO_NAMESPACES.iter().map(|n| (*n, 0));
     let namespaces: Vec<(&str, u64)> = if keep_namespaces {
@@ -532,7 +542,7 @@ fn payload(
     extra: &[OwnedFd],
     plan: &JobPlan,
     prepared: &Prepared,
-    (kernel_landlock_abi, rootless, weakening): (u32, bool, &Weakening),
+    (kernel_landlock_abi, rootless): (u32, bool),
     exec_w: &OwnedFd,
 ) -> Result<std::convert::Infallible, SetupError> {
     // The exec's vectors first: nothing is allocated once the filters are in place.
@@ -557,12 +567,12 @@ fn payload(
         extra,
         // Not the daemon's inherited dispositions and mask.
         reset_signals: true,
-        other_fds: if weakening.drops(Layer::CloseFds) {
-            OtherFds::Keep
-        } else {
+        other_fds: if plan.layers.close_fds {
             OtherFds::CloseOnExec
+        } else {
+            OtherFds::Keep
         },
-        privileges: if weakening.drops(Layer::Caps) || plan.is_zygote {
+        privileges: if !plan.layers.drop_caps || plan.kind.is_zygote() {
             Privileges::Keep
         } else {
             Privileges::Drop {
@@ -570,13 +580,10 @@ fn payload(
                 dumpable_again: false,
             }
         },
-        landlock: (!weakening.drops(Layer::Landlock) && !plan.is_zygote)
+        landlock: (plan.layers.landlock && !plan.kind.is_zygote())
             .then_some((&plan.landlock, kernel_landlock_abi)),
-        filters: if weakening.drops(Layer::Seccomp) {
-            &[]
-        } else {
-            &prepared.filters
-        },
+        // (Empty only in a test-only plan.)
+        filters: &prepared.filters,
         report: exec_w,
     })?;
 

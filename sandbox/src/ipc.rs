@@ -4,7 +4,6 @@
 
 use crate::plan::JobPlan;
 use crate::report::{Failure, WaitStatus};
-use crate::weaken::Weakening;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use vivarium_proto::{CgroupVersion, LandlockStatus};
@@ -24,10 +23,16 @@ pub struct SpawnerConfig {
     /// The daemon runs as an ordinary user: single-id maps, and cgroups only where a
     /// delegated subtree is usable.
     pub rootless: bool,
-    /// Layers left out of every job: empty except in the attack suite's test-only
-    /// binary (`crate::weaken`). Set by the server itself, never by a client.
-    pub weakening: Weakening,
+    /// The server builds test-only plans (`Layers::weakened`: the attack suite's binary,
+    /// `vivariumd::policy::weaken`): the spawner refuses to start without
+    /// `VIVARIUM_TEST_WEAKENED=1`, and refuses such plans unless this is set. Set by the
+    /// server itself, never by a client.
+    pub weakened: bool,
 }
+
+/// The variable without which a spawner refuses a weakened configuration (and the test
+/// binary refuses to start): [`SpawnerConfig::weakened`].
+pub const TEST_WEAKENED_ENV: &str = "VIVARIUM_TEST_WEAKENED";
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum ToSpawner {

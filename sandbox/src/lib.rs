@@ -4,8 +4,10 @@
 //! in the job's processes ([`init`], or a zygote's [`zygote`]), one module per isolation
 //! layer ([`mount`], [`landlock`], [`caps`], [`rlimit`], [`timens`], [`cgroup`]; seccomp
 //! filters are compiled by `vivariumd` and installed by [`init`]), the raw syscalls
-//! ([`sys`]), the messages between the server, the spawner and a job's processes ([`ipc`],
-//! [`report`]), and the test-only [`weaken`]ing.
+//! ([`sys`]), and the messages between the server, the spawner and a job's processes
+//! ([`ipc`], [`report`]). What the setup applies is the plan's data alone: the attack
+//! suite's test-only weakening is a transform of the plan in `vivariumd`, which this crate
+//! never sees.
 //!
 //! Used by `vivariumd` (the single-threaded spawner and the server that talks to it) and
 //! by the zygote library (`vivarium-zygote`), so it has no tokio, no tracing and no
@@ -25,7 +27,6 @@ pub mod rlimit;
 #[allow(unsafe_code)]
 pub mod sys;
 pub mod timens;
-pub mod weaken;
 pub mod zygote;
 
 use std::path::Path;

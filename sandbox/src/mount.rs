@@ -4,7 +4,7 @@
 //! tree is made private first so nothing we do propagates back.
 
 use crate::cgroup::ViewMount;
-use crate::plan::MountStep;
+use crate::plan::{Layers, MountStep};
 use crate::SetupError;
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use nix::sys::stat::Mode;
@@ -14,11 +14,11 @@ use std::path::{Path, PathBuf};
 
 const NONE: Option<&str> = None;
 
-pub(super) fn at(root: &Path, path: &Path) -> PathBuf {
+fn at(root: &Path, path: &Path) -> PathBuf {
     root.join(path.strip_prefix("/").unwrap_or(path))
 }
 
-pub(super) fn mkdir_p(path: &Path) -> Result<(), SetupError> {
+fn mkdir_p(path: &Path) -> Result<(), SetupError> {
     std::fs::create_dir_all(path).map_err(|e| SetupError::io("mkdir", path, &e))
 }
 
@@ -47,7 +47,7 @@ fn locked_flags(source: &Path) -> Result<MsFlags, SetupError> {
     Ok(out)
 }
 
-pub(super) fn bind_ro(source: &Path, target: &Path, extra: MsFlags) -> Result<(), SetupError> {
+fn bind_ro(source: &Path, target: &Path, extra: MsFlags) -> Result<(), SetupError> {
     mount(
         Some(source),
         target,
@@ -148,13 +148,19 @@ fn tmpfs(
     .map_err(|e| SetupError::nix("tmpfs", target, e))
 }
 
-/// One of the job's writable tmpfs mounts (noexec, nosuid, nodev), owned by `owner`.
+/// One of the job's writable tmpfs mounts (nosuid, nodev, and noexec unless the plan's
+/// `noexec_scratch` is off), owned by `owner`.
 fn scratch_tmpfs(
     target: &Path,
     (size, inodes, mode): (u64, u64, u32),
     owner: (u32, u32),
+    layers: &Layers,
 ) -> Result<(), SetupError> {
-    tmpfs(target, size, inodes, mode, MsFlags::MS_NOEXEC)?;
+    let noexec = match layers.noexec_scratch {
+        true => MsFlags::MS_NOEXEC,
+        false => MsFlags::empty(),
+    };
+    tmpfs(target, size, inodes, mode, noexec)?;
     chown(
         target,
         Some(Uid::from_raw(owner.0)),
@@ -219,9 +225,9 @@ pub fn enter_root() -> Result<(), SetupError> {
 }
 
 /// Execute the mount plan in the new root (the working directory), then make the root
-/// read-only. `owner` (uid, gid inside) owns the writable tmpfs mounts.
-pub fn populate(steps: &[MountStep], owner: (u32, u32)) -> Result<(), SetupError> {
-    populate_as(steps, owner, Build::Job)
+/// read-only (as `layers` say). `owner` (uid, gid inside) owns the writable tmpfs mounts.
+pub fn populate(steps: &[MountStep], owner: (u32, u32), layers: &Layers) -> Result<(), SetupError> {
+    populate_as(steps, owner, Build::Job, layers)
 }
 
 /// What `populate_as` builds: a job's whole root, or a mount template's shared part.
@@ -231,7 +237,12 @@ enum Build {
     Template,
 }
 
-fn populate_as(steps: &[MountStep], owner: (u32, u32), build: Build) -> Result<(), SetupError> {
+fn populate_as(
+    steps: &[MountStep],
+    owner: (u32, u32),
+    build: Build,
+    layers: &Layers,
+) -> Result<(), SetupError> {
     let new_root = Path::new(".");
     let mut masks = 0;
     for step in steps {
@@ -278,7 +289,7 @@ fn populate_as(steps: &[MountStep], owner: (u32, u32), build: Build) -> Result<(
             } => {
                 let target = at(new_root, path);
                 mkdir_p(&target)?;
-                scratch_tmpfs(&target, (*size, *inodes, *mode), owner)?;
+                scratch_tmpfs(&target, (*size, *inodes, *mode), owner, layers)?;
             }
             MountStep::Device { source, path } => {
                 let target = at(new_root, path);
@@ -291,8 +302,25 @@ fn populate_as(steps: &[MountStep], owner: (u32, u32), build: Build) -> Result<(
             MountStep::Proc { path } => {
                 let target = at(new_root, path);
                 mkdir_p(&target)?;
-                proc(&target)?;
+                proc(&target, layers)?;
             }
+            MountStep::HostProc { path } => {
+                let target = at(new_root, path);
+                mkdir_p(&target)?;
+                mount(
+                    Some("/proc"),
+                    &target,
+                    NONE,
+                    MsFlags::MS_BIND | MsFlags::MS_REC,
+                    NONE,
+                )
+                .map_err(|e| SetupError::nix("weak-bind-proc", &target, e))?;
+            }
+            MountStep::Expose {
+                source,
+                path,
+                writable,
+            } => expose(source, &at(new_root, path), *writable)?,
             MountStep::Dir { path } => mkdir_p(&at(new_root, path))?,
             MountStep::Mask { path, contents } => {
                 // The source lives in the anchor, outside the new root; the bind keeps
@@ -311,6 +339,9 @@ fn populate_as(steps: &[MountStep], owner: (u32, u32), build: Build) -> Result<(
         }
     }
     // The root itself becomes read-only; the tmpfs mounts on it stay writable.
+    if !layers.read_only_root {
+        return Ok(());
+    }
     mount(
         NONE,
         new_root,
@@ -333,7 +364,7 @@ fn populate_as(steps: &[MountStep], owner: (u32, u32), build: Build) -> Result<(
 /// make it read-only and pivot into it: the namespace then holds nothing but the root.
 pub fn build_template(new_root: &Path, steps: &[MountStep]) -> Result<(), SetupError> {
     enter_private_tmpfs(new_root, (1 << 20, 256, 0o755), MsFlags::empty())?;
-    populate_as(steps, (0, 0), Build::Template)?;
+    populate_as(steps, (0, 0), Build::Template, &Layers::FULL)?;
     pivot()
 }
 
@@ -362,6 +393,7 @@ pub fn populate_fresh(
     steps: &[MountStep],
     owner: (u32, u32),
     under: FreshProc,
+    layers: &Layers,
 ) -> Result<(), SetupError> {
     chdir("/").map_err(|e| SetupError::nix("chdir", Path::new("/"), e))?;
     let detach = |path: &Path| {
@@ -376,10 +408,10 @@ pub fn populate_fresh(
                 inodes,
                 mode,
             } => {
-                scratch_tmpfs(path, (*size, *inodes, *mode), owner)?;
+                scratch_tmpfs(path, (*size, *inodes, *mode), owner, layers)?;
                 scratch.get_or_insert(path);
             }
-            MountStep::Proc { path } if under == FreshProc::Template => proc(path)?,
+            MountStep::Proc { path } if under == FreshProc::Template => proc(path, layers)?,
             MountStep::Proc { path } => {
                 // A new procfs is allowed only while a fully visible one is mounted in
                 // this namespace (the zygote's): mount it aside, detach the zygote's
@@ -390,7 +422,7 @@ pub fn populate_fresh(
                 })?;
                 let aside = dir.join(".vivarium-proc");
                 mkdir_p(&aside)?;
-                proc(&aside)?;
+                proc(&aside, layers)?;
                 detach(path)?;
                 mount(Some(&aside), path, NONE, MsFlags::MS_MOVE, NONE)
                     .map_err(|e| SetupError::nix("move-proc", path, e))?;
@@ -412,6 +444,8 @@ pub fn populate_fresh(
                 std::fs::remove_file(&source).map_err(|e| SetupError::io("unlink", &source, &e))?;
                 bound?;
             }
+            // (Never in a fresh namespace: a plan with these is built on the spot.)
+            MountStep::HostProc { .. } | MountStep::Expose { .. } => {}
             MountStep::BindRo { .. }
             | MountStep::Symlink { .. }
             | MountStep::File { .. }
@@ -443,17 +477,44 @@ pub fn cgroup_view(view: &[ViewMount]) -> Result<(), SetupError> {
 }
 
 /// A procfs for the caller's pid namespace at `target`.
-fn proc(target: &Path) -> Result<(), SetupError> {
+fn proc(target: &Path, layers: &Layers) -> Result<(), SetupError> {
     // hidepid=invisible: the payload (uid 1000) cannot see init (uid 0 inside), whose
     // /proc/1/cmdline would name the daemon's binary.
+    let hidepid = match layers.hidepid {
+        true => "hidepid=invisible",
+        false => "hidepid=0",
+    };
     mount(
         Some("proc"),
         target,
         Some("proc"),
         MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
-        Some("hidepid=invisible"),
+        Some(hidepid),
     )
     .map_err(|e| SetupError::nix("proc", target, e))
+}
+
+/// `MountStep::Expose`: bind the host path `source` at `target` (read-only unless
+/// `writable`), making its mount point first (a directory or an empty file, as the
+/// source is) if the root has none.
+fn expose(source: &Path, target: &Path, writable: bool) -> Result<(), SetupError> {
+    if std::fs::symlink_metadata(target).is_err() {
+        if source.is_dir() {
+            mkdir_p(target)?;
+        } else {
+            if let Some(parent) = target.parent() {
+                mkdir_p(parent)?;
+            }
+            std::fs::File::create(target)
+                .map_err(|err| SetupError::io("weak-create", target, &err))?;
+        }
+    }
+    if writable {
+        mount(Some(source), target, NONE, MsFlags::MS_BIND, NONE)
+            .map_err(|err| SetupError::nix("weak-expose", target, err))
+    } else {
+        bind_ro(source, target, MsFlags::MS_NODEV)
+    }
 }
 
 /// Make the working directory (the new root, a tmpfs mount point) the root and detach

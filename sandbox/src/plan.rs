@@ -97,6 +97,18 @@ pub enum MountStep {
     /// An empty directory on the read-only root: where a zygote's jobs mount their
     /// tmpfs (a zygote has none of its own).
     Dir { path: PathBuf },
+    /// The host's /proc, bound (recursively) in place of a procfs of the job's own: only
+    /// in a plan without a pid namespace ([`Namespaces::pid`]; a new procfs needs one),
+    /// which only the attack suite's test-only weakening makes.
+    HostProc { path: PathBuf },
+    /// A host path bound at `path` (read-only unless `writable`), its mount point made
+    /// on the root: the minimal root switched off for that one path (only the attack
+    /// suite's test-only weakening plans one, for a decoy or a canary it planted).
+    Expose {
+        source: PathBuf,
+        path: PathBuf,
+        writable: bool,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -156,6 +168,80 @@ pub struct CgroupPlan {
     pub cpu_period_us: u64,
 }
 
+/// The namespaces a job's init is born in besides its user, mount and IPC namespaces,
+/// which every job has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Namespaces {
+    pub pid: bool,
+    pub net: bool,
+    /// The network namespace may be one the spawner made ahead (a spare, owned by the
+    /// host's user namespace: nothing in the job has a capability over it); `false`: the
+    /// job's own clone makes it (`CLONE_NEWNET`, owned by the job's user namespace).
+    pub net_spare: bool,
+    pub uts: bool,
+    pub cgroup: bool,
+    /// A time namespace of its own, its clocks near zero, where the daemon can make one
+    /// (a root daemon on a kernel with time namespaces).
+    pub time: bool,
+}
+
+/// What the job's setup applies besides what is data of its own (the mount plan, the
+/// seccomp filters, the cgroup). Every plan the daemon builds has all of it
+/// ([`Layers::FULL`]); only the attack suite's test-only weakening
+/// (`vivariumd::policy::weaken`) switches some off, and marks the plan `weakened`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Layers {
+    pub namespaces: Namespaces,
+    /// The payload applies [`JobPlan::landlock`] (never a zygote's own start).
+    pub landlock: bool,
+    /// The payload drops every capability and becomes uid and gid [`SANDBOX_UID`]
+    /// (`false`: it keeps uid 0 of the job's user namespace and its capabilities there).
+    pub drop_caps: bool,
+    /// Init stays uid 0 of the job's user namespace (and non-dumpable) once the payload
+    /// is forked; `false`: it drops to the payload's ids and is dumpable.
+    pub init_root: bool,
+    /// The job's procfs is mounted `hidepid=invisible`.
+    pub hidepid: bool,
+    /// `vm.memfd_noexec = 2` in the job's pid namespace (a root daemon only).
+    pub memfd_noexec: bool,
+    /// Init closes every fd the clone copied, the payload marks the rest close-on-exec.
+    pub close_fds: bool,
+    /// The root is remounted read-only once the mount plan has run.
+    pub read_only_root: bool,
+    /// The job's tmpfs mounts (/work, /tmp, /dev/shm) are noexec.
+    pub noexec_scratch: bool,
+    /// The job's user namespace may make no namespace of any kind ([`NO_NAMESPACES`]).
+    pub namespace_limits: bool,
+    /// Something is switched off: a test-only plan. The spawner refuses one unless it
+    /// was started for the attack suite (`VIVARIUM_TEST_WEAKENED=1`), and never forks
+    /// one from a zygote or copies its root from a mount template.
+    pub weakened: bool,
+}
+
+impl Layers {
+    /// The full sandbox: what every plan the daemon builds gets.
+    pub const FULL: Layers = Layers {
+        namespaces: Namespaces {
+            pid: true,
+            net: true,
+            net_spare: true,
+            uts: true,
+            cgroup: true,
+            time: true,
+        },
+        landlock: true,
+        drop_caps: true,
+        init_root: true,
+        hidepid: true,
+        memfd_noexec: true,
+        close_fds: true,
+        read_only_root: true,
+        noexec_scratch: true,
+        namespace_limits: true,
+        weakened: false,
+    };
+}
+
 /// One job's sandbox, ready to execute.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobPlan {
@@ -179,33 +265,86 @@ pub struct JobPlan {
     pub cgroup_view: Vec<ViewMount>,
     pub wall_ms: u64,
     pub cpu_ms: u64,
-    /// A warm sandbox: the interpreter starts now and waits for its job on stdin; the
-    /// deadlines start when the spawner is told the job has been delivered (`Arm`).
-    pub warm: bool,
+    /// What the sandbox is for: a one-shot job, a warm sandbox, a zygote, an install.
+    pub kind: PlanKind,
     /// What the job's (always fresh) network namespace holds.
     pub network: NetworkPlan,
-    /// A directory of the sandbox (its path inside) that the server gets an open fd to
-    /// once the payload runs (`FromSpawner::Exported`): a package install's environment,
-    /// built on a capped tmpfs there and copied out after the sandbox has ended.
-    #[serde(default)]
-    pub export: Option<PathBuf>,
     /// Set by the spawner, not the server: the job gets a time namespace of its own
     /// (`crate::timens`). A zygote-forked job's init makes it, and fails without it.
     #[serde(default)]
     pub time_ns: bool,
-    /// Set by the spawner for a job forked from a zygote: its id slot, which gives it
-    /// ids of its own ([`ZYGOTE_JOB_IDS`]). `None` for every other plan.
-    pub zygote_slot: Option<u32>,
-    /// A warm sandbox that the spawner may build by forking the profile's zygote (see
+    /// What the setup applies: [`Layers::FULL`] but in the attack suite.
+    pub layers: Layers,
+}
+
+/// What a plan's sandbox is for. One field instead of several flags, so that the
+/// combinations that cannot be (a zygote with an export, an id slot of a zygote's on a
+/// cold job, a zygote plan on a one-shot job) cannot be written.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PlanKind {
+    /// A cold one-shot job: the script is `/work/main.py`, its deadlines start at the
+    /// clone.
+    Job,
+    /// A warm sandbox: the interpreter starts now and waits for its job on stdin; the
+    /// deadlines start when the spawner is told the job has been delivered (`Arm`).
+    /// `zygote`: the spawner may build it by forking the profile's zygote (see
     /// `crate::zygote`) instead of a cold start; `None`: always a cold start.
-    #[serde(default)]
-    pub zygote: Option<ZygotePlan>,
-    /// This plan starts a zygote: its interpreter keeps its capabilities in the
-    /// sandbox's user namespace and gets neither Landlock nor seccomp (it builds each
-    /// job's namespaces and mounts; every job applies both layers itself), and it gets
-    /// the spawner's control socket and the zygote library as fds 3 and 4.
-    #[serde(default)]
-    pub is_zygote: bool,
+    Warm { zygote: Option<ZygotePlan> },
+    /// A warm sandbox forked from a zygote (set by the spawner, from a `Warm` plan whose
+    /// zygote part it has taken): its id slot, which gives it ids of its own
+    /// ([`ZYGOTE_JOB_IDS`]).
+    Forked { slot: u32 },
+    /// Starts a zygote (`crate::zygote::zygote_plan`, in the spawner): its interpreter
+    /// keeps its capabilities in the sandbox's user namespace and gets neither Landlock
+    /// nor seccomp (it builds each job's namespaces and mounts; every job applies both
+    /// layers itself), and it gets the spawner's control socket and the zygote library
+    /// as fds 3 and 4.
+    Zygote,
+    /// A package install: a one-shot job whose directory `export` (its path inside) the
+    /// server gets an open fd to once the payload runs (`FromSpawner::Exported`): the
+    /// environment, built on a capped tmpfs there and copied out after the sandbox has
+    /// ended.
+    Install { export: PathBuf },
+    // (Room for `Session`: a sandbox that serves several jobs in turn.)
+}
+
+impl PlanKind {
+    /// A sandbox that waits for its job (a warm one, forked or not, or a zygote): it has
+    /// no deadline until `Arm`.
+    pub fn waits_for_arm(&self) -> bool {
+        matches!(
+            self,
+            PlanKind::Warm { .. } | PlanKind::Forked { .. } | PlanKind::Zygote
+        )
+    }
+
+    pub fn is_zygote(&self) -> bool {
+        *self == PlanKind::Zygote
+    }
+
+    /// The zygote part of a warm plan that may be forked from one.
+    pub fn zygote(&self) -> Option<&ZygotePlan> {
+        match self {
+            PlanKind::Warm { zygote } => zygote.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// The id slot of a job forked from a zygote.
+    pub fn forked_slot(&self) -> Option<u32> {
+        match self {
+            PlanKind::Forked { slot } => Some(*slot),
+            _ => None,
+        }
+    }
+
+    /// The directory an install exports.
+    pub fn export(&self) -> Option<&PathBuf> {
+        match self {
+            PlanKind::Install { export } => Some(export),
+            _ => None,
+        }
+    }
 }
 
 /// How a profile's zygote is kept.

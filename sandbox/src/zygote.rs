@@ -33,7 +33,9 @@
 
 use crate::confine::{confine, Confine, OtherFds, Privileges};
 use crate::init::{supervise, Prepared};
-use crate::plan::{JobPlan, MountStep, SANDBOX_GID, SANDBOX_UID, WARM_BOOTSTRAP, ZYGOTE_JOB_IDS};
+use crate::plan::{
+    JobPlan, MountStep, PlanKind, SANDBOX_GID, SANDBOX_UID, WARM_BOOTSTRAP, ZYGOTE_JOB_IDS,
+};
 use crate::report::{encode, Failure, InitMsg, PayloadMsg};
 use crate::sys;
 use crate::{mount, rlimit, SetupError};
@@ -95,15 +97,14 @@ pub fn zygote_plan(warm: &JobPlan, job_id: u64) -> JobPlan {
             other => Some(other),
         })
         .collect();
-    if let Some(z) = plan.zygote.take() {
+    if let PlanKind::Warm { zygote: Some(z) } = std::mem::replace(&mut plan.kind, PlanKind::Zygote)
+    {
         plan.seccomp = z.seccomp;
         plan.cgroup = z.cgroup;
     }
     // The zygote keeps the view's mount points (empty) for its jobs, each of which
     // mounts its own cgroup there: the zygote's own would lie beneath every job's.
     plan.cgroup_view.clear();
-    plan.is_zygote = true;
-    plan.warm = true;
     plan
 }
 
@@ -407,7 +408,12 @@ fn prepare(encoded: &mut [u8], attach: &[OwnedFd]) -> Result<(JobPlan, Prepared)
     }
     // The job's fresh mounts belong to the ids its payload's uid and gid map to.
     let ids = job_ids(&plan)?;
-    mount::populate_fresh(&plan.mounts, (ids, ids), mount::FreshProc::Zygote)?;
+    mount::populate_fresh(
+        &plan.mounts,
+        (ids, ids),
+        mount::FreshProc::Zygote,
+        &plan.layers,
+    )?;
     // The job's own cgroup, read-only, in the cgroup namespace just made (rooted at the
     // job's cgroup, which we joined first); on the zygote's empty mount points.
     mount::cgroup_view(&plan.cgroup_view)?;
@@ -420,7 +426,7 @@ fn prepare(encoded: &mut [u8], attach: &[OwnedFd]) -> Result<(JobPlan, Prepared)
 /// [`SANDBOX_UID`]/[`SANDBOX_GID`] map to: its id slot's (never the zygote's own 1000,
 /// which every job would share). Fails closed for a plan without a slot.
 fn job_ids(plan: &JobPlan) -> Result<u32, SetupError> {
-    plan.zygote_slot
+    (plan.kind.forked_slot())
         .and_then(|slot| ZYGOTE_JOB_IDS.checked_add(slot))
         .ok_or(SetupError::Other {
             step: "ids",

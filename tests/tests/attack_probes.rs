@@ -14,7 +14,7 @@
 //!   (`"weakened": "weak-seccomp"`, `tests/attack/profiles/`) or a weakened test-only
 //!   daemon (`"weakened": {"drop": [layers], "expose": [decoys], "profile": p}`): the
 //!   binary `vivariumd-weakened` (tests/src/bin) started with `--weaken` and `--expose`,
-//!   which builds every job without those layers (`vivarium_sandbox::weaken`), still in
+//!   which builds every job without those layers (`vivariumd::policy::weaken`), still in
 //!   a user namespace with an unprivileged host uid. `expose` binds paths this test
 //!   planted (decoys, its canary directory, its own daemon's socket) into the job's root:
 //!   the minimal root switched off for that path only, never for the real host's files.
@@ -45,7 +45,7 @@ use vivarium_e2e::proto::Reason;
 use vivarium_e2e::{
     bin, describe, require_root, run_with_stdin, workspace_dir, Collected, Daemon, DaemonOpts, Job,
 };
-use vivarium_sandbox::weaken::Layer;
+use vivariumd::policy::weaken::Layer;
 
 /// Jobs in flight at once (the machine may have two CPUs).
 const CONCURRENCY: usize = 4;

@@ -1,4 +1,4 @@
-//! The test-only weakening (`vivarium_sandbox::weaken`) cannot be reached from the
+//! The test-only weakening (`vivariumd::policy::weaken`) cannot be reached from the
 //! production binary: `vivariumd` has no option for it (and its config and profile
 //! parsers deny unknown keys: a unit test in daemon/src/entry.rs), and the
 //! test-only `vivariumd-weakened` refuses to start without its variable or without a

@@ -6,9 +6,9 @@ use crate::profile::{JobLimits, NetworkMode, Profile};
 use std::path::{Path, PathBuf};
 use vivarium_sandbox::cgroup::ViewMount;
 use vivarium_sandbox::plan::{
-    CgroupPlan, JobPlan, LandlockPlan, MountStep, NetworkPlan, RlimitFallback, RlimitPlan,
-    ZygotePlan, ZygoteSeccompWire, EGRESS_PORT, HOSTNAME, MEMLOCK_BYTES, MSGQUEUE_BYTES,
-    SCRIPT_PATH, SIGPENDING, WARM_BOOTSTRAP,
+    CgroupPlan, JobPlan, LandlockPlan, Layers, MountStep, NetworkPlan, PlanKind, RlimitFallback,
+    RlimitPlan, ZygotePlan, ZygoteSeccompWire, EGRESS_PORT, HOSTNAME, MEMLOCK_BYTES,
+    MSGQUEUE_BYTES, SCRIPT_PATH, SIGPENDING, WARM_BOOTSTRAP,
 };
 
 /// The minimal /etc the sandbox gets (besides the profile's optional binds).
@@ -36,13 +36,20 @@ fn etc_files() -> Vec<MountStep> {
 
 /// Host paths are read here (`symlink_metadata`) so that the child never decides.
 pub fn mounts(profile: &Profile) -> Vec<MountStep> {
+    mounts_in(Path::new("/"), profile)
+}
+
+/// [`mounts`] with the host's root at `host` (`/`; a fake one in tests): the profile's
+/// binds are looked up, and bound from, beneath it.
+fn mounts_in(host: &Path, profile: &Profile) -> Vec<MountStep> {
     let fs = &profile.file.filesystem;
     let mut steps = Vec::new();
     let binds = fs.ro_binds.iter().map(|p| (p, true));
     let optional = fs.ro_binds_optional.iter().map(|p| (p, false));
     for (path, required) in binds.chain(optional) {
-        match std::fs::symlink_metadata(path) {
-            Ok(meta) if meta.file_type().is_symlink() => match std::fs::read_link(path) {
+        let source = host.join(path.strip_prefix("/").unwrap_or(path));
+        match std::fs::symlink_metadata(&source) {
+            Ok(meta) if meta.file_type().is_symlink() => match std::fs::read_link(&source) {
                 Ok(link) => steps.push(MountStep::Symlink {
                     link,
                     path: path.clone(),
@@ -50,12 +57,12 @@ pub fn mounts(profile: &Profile) -> Vec<MountStep> {
                 Err(_) => continue,
             },
             Ok(_) => steps.push(MountStep::BindRo {
-                source: path.clone(),
+                source,
                 path: path.clone(),
             }),
             // A missing required bind fails in the child with a clear step name.
             Err(_) if required => steps.push(MountStep::BindRo {
-                source: path.clone(),
+                source,
                 path: path.clone(),
             }),
             Err(_) => {}
@@ -234,6 +241,28 @@ pub fn build(
     seccomp: Vec<Vec<(u16, u8, u8, u32)>>,
     cgroups: Option<&[ViewMount]>,
 ) -> JobPlan {
+    build_in(
+        Path::new("/"),
+        job_id,
+        profile,
+        limits,
+        args,
+        seccomp,
+        cgroups,
+    )
+}
+
+/// [`build`] with the host's root at `host` (see [`mounts_in`]).
+#[allow(clippy::too_many_arguments)]
+fn build_in(
+    host: &Path,
+    job_id: u64,
+    profile: &Profile,
+    limits: &JobLimits,
+    args: &[String],
+    seccomp: Vec<Vec<(u16, u8, u8, u32)>>,
+    cgroups: Option<&[ViewMount]>,
+) -> JobPlan {
     let py = &profile.file.python;
     let mut argv = vec![py.interpreter.to_string_lossy().into_owned()];
     argv.extend(py.args.iter().cloned());
@@ -242,7 +271,7 @@ pub fn build(
     let sec = &profile.file.security;
     let without_cgroup = cgroups.is_none();
     let cgroup_view = cgroups.unwrap_or_default().to_vec();
-    let mut mounts = mounts(profile);
+    let mut mounts = mounts_in(host, profile);
     mounts.extend(cgroup_view_steps(&cgroup_view));
     let mut env = environment(profile);
     let egress = !profile.file.network.egress.is_empty();
@@ -308,13 +337,10 @@ pub fn build(
         cgroup_view,
         wall_ms: limits.wall_ms,
         cpu_ms: limits.cpu_ms,
-        warm: false,
+        kind: PlanKind::Job,
         network,
-        export: None,
         time_ns: false,
-        zygote_slot: None,
-        zygote: None,
-        is_zygote: false,
+        layers: Layers::FULL,
     }
 }
 
@@ -336,9 +362,8 @@ pub fn build_warm(
     plan.argv.push(WARM_BOOTSTRAP.into());
     // The modules to import before waiting: the bootstrap's own argv.
     plan.argv.extend(profile.file.warm.preload.iter().cloned());
-    plan.warm = true;
     let warm = &profile.file.warm;
-    plan.zygote = zygote_seccomp.filter(|_| warm.zygote).map(|z| ZygotePlan {
+    let zygote = zygote_seccomp.filter(|_| warm.zygote).map(|z| ZygotePlan {
         key: 0,
         profile: profile.name.clone(),
         generation: 0,
@@ -347,6 +372,7 @@ pub fn build_warm(
         seccomp: z.zygote.clone(),
         job_seccomp: z.job.clone(),
     });
+    plan.kind = PlanKind::Warm { zygote };
     plan
 }
 
@@ -383,7 +409,8 @@ mod tests {
             None,
             Some(&[]),
         );
-        assert!(warm.warm && !cold.warm);
+        assert_eq!(warm.kind, PlanKind::Warm { zygote: None });
+        assert_eq!(cold.kind, PlanKind::Job);
         assert_eq!(
             warm.argv,
             vec!["/usr/bin/python3", "-I", "-u", "-c", WARM_BOOTSTRAP]
@@ -392,7 +419,7 @@ mod tests {
         // limits) is the same plan.
         let strip = |mut plan: JobPlan| {
             plan.argv.clear();
-            plan.warm = false;
+            plan.kind = PlanKind::Job;
             plan.mounts.retain(|m| !matches!(m, MountStep::Mask { .. }));
             plan
         };
@@ -478,20 +505,53 @@ mod tests {
         }
     }
 
+    /// A host root of this layout (`dir/` a directory, `file` a file, `link -> target`
+    /// a symlink) in a temporary directory: the plan tests do not depend on the file
+    /// layout of the distribution they run on.
+    fn fake_root(layout: &[&str]) -> tempfile::TempDir {
+        let root = tempfile::tempdir().unwrap();
+        for entry in layout {
+            let at = |p: &str| root.path().join(p);
+            if let Some((link, target)) = entry.split_once(" -> ") {
+                std::fs::create_dir_all(at(link).parent().unwrap()).unwrap();
+                std::os::unix::fs::symlink(target, at(link)).unwrap();
+            } else if let Some(dir) = entry.strip_suffix('/') {
+                std::fs::create_dir_all(at(dir)).unwrap();
+            } else {
+                std::fs::create_dir_all(at(entry).parent().unwrap()).unwrap();
+                std::fs::write(at(entry), "").unwrap();
+            }
+        }
+        root
+    }
+
+    /// A merged /usr (Debian 12, Fedora, Arch): the top-level directories are links.
+    const MERGED_USR: &[&str] = &[
+        "usr/bin/",
+        "usr/lib/",
+        "usr/lib64/",
+        "usr/sbin/",
+        "bin -> usr/bin",
+        "lib -> usr/lib",
+        "lib64 -> usr/lib64",
+        "sbin -> usr/sbin",
+        "etc/ld.so.cache",
+        "etc/localtime -> /usr/share/zoneinfo/Etc/UTC",
+        "etc/ssl/",
+        "etc/fonts/",
+    ];
+
     #[test]
     fn plan_for_the_default_profile() {
         let p = default_profile();
-        // The optional binds of directories the host has (fontconfig's /etc/fonts is
-        // installed in CI) get Execute like any directory bind.
-        let mut exec_dirs: Vec<PathBuf> = vec!["/usr".into()];
-        exec_dirs.extend(
-            ["/etc/ssl", "/etc/python3.11", "/etc/fonts"]
-                .map(PathBuf::from)
-                .into_iter()
-                .filter(|d| d.is_dir()),
-        );
+        let host = fake_root(MERGED_USR);
+        // The optional binds of directories the host has (fontconfig's /etc/fonts;
+        // not /etc/python3.11 here) get Execute like any directory bind; files and
+        // symlinks do not.
+        let exec_dirs: Vec<PathBuf> = ["/usr", "/etc/ssl", "/etc/fonts"].map(PathBuf::from).into();
         let limits = p.job_limits(&Default::default()).unwrap();
-        let plan = build(7, &p, &limits, &["x".into()], vec![], Some(&[]));
+        let args = ["x".to_owned()];
+        let plan = build_in(host.path(), 7, &p, &limits, &args, vec![], Some(&[]));
         assert_eq!(
             plan.argv,
             vec!["/usr/bin/python3", "-I", "-u", "/work/main.py", "x"]
@@ -537,6 +597,22 @@ mod tests {
             }
         );
         assert_eq!(plan.network, NetworkPlan::Loopback);
+        assert_eq!(plan.kind, PlanKind::Job);
+        assert_eq!(plan.layers, Layers::FULL);
+        // The same profile on a host without a merged /usr: its directories are bound
+        // (and may execute), whatever the layout.
+        let split = fake_root(&["usr/", "bin/", "lib/", "lib64/", "sbin/", "etc/ssl/"]);
+        let plan = build_in(split.path(), 7, &p, &limits, &[], vec![], Some(&[]));
+        let want: Vec<PathBuf> = ["/usr", "/bin", "/lib", "/lib64", "/sbin", "/etc/ssl"]
+            .map(PathBuf::from)
+            .into();
+        assert_eq!(plan.landlock.exec_dirs, want);
+        // The production plan binds from the host's own root.
+        let plan = build(7, &p, &limits, &[], vec![], Some(&[]));
+        assert!(plan.mounts.contains(&MountStep::BindRo {
+            source: "/usr".into(),
+            path: "/usr".into()
+        }));
     }
 
     /// The host's cgroup view reaches the plan as data for init, with its mount points
@@ -614,16 +690,23 @@ mod tests {
     #[test]
     fn merged_usr_symlinks_are_recreated_and_sandbox_paths_built() {
         let p = default_profile();
-        let steps = mounts(&p);
-        // Debian 12 has a merged /usr: /bin is a symlink, /usr a directory.
+        let host = fake_root(MERGED_USR);
+        let steps = mounts_in(host.path(), &p);
+        // A merged /usr: /bin is a symlink, /usr a directory.
         assert!(steps.contains(&MountStep::Symlink {
             link: "usr/bin".into(),
             path: "/bin".into()
         }));
         assert!(steps.contains(&MountStep::BindRo {
-            source: "/usr".into(),
+            source: host.path().join("usr"),
             path: "/usr".into()
         }));
+        // A missing optional bind is left out (a missing required one fails in the
+        // child, with its step's name).
+        let at = |path: &str| {
+            (steps.iter()).any(|s| matches!(s, MountStep::BindRo { path: p, .. } | MountStep::Symlink { path: p, .. } if p == Path::new(path)))
+        };
+        assert!(at("/etc/ld.so.cache") && at("/etc/localtime") && !at("/etc/python3.11"));
         let tmpfs: Vec<_> = steps
             .iter()
             .filter_map(|s| match s {

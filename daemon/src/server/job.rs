@@ -5,6 +5,7 @@ use super::conn::{send, send_error};
 use super::lifecycle::Refusal;
 use super::outcome::{self, StreamFacts};
 use super::{ActiveProfile, Daemon};
+use crate::policy::weaken::Layer;
 use crate::profile::{JobLimits, OutputPolicy};
 use nix::fcntl::OFlag;
 use std::os::fd::{AsFd, OwnedFd};
@@ -17,7 +18,6 @@ use tracing::Instrument;
 use vivarium_proto::{ErrorCode, Event, Isolation, Reason, MAX_PAYLOAD_CHUNK};
 use vivarium_sandbox::ipc::{FromSpawner, JobReport, KillCause};
 use vivarium_sandbox::plan;
-use vivarium_sandbox::weaken::Layer;
 
 pub struct JobRequest {
     pub profile: String,
@@ -388,7 +388,7 @@ async fn execute(
         stderr_truncated,
     };
     let sec = &active.profile.file.security;
-    // (A test-only weakened daemon reports what it left out: vivarium_sandbox::weaken.)
+    // (A test-only weakened daemon reports what it left out: crate::policy::weaken.)
     let weak = &daemon.facts.weakened;
     let keeps_root = weak.drops(Layer::Caps) && !daemon.facts.rootless;
     let isolation = Isolation {

@@ -156,7 +156,7 @@ pub fn activate(profile: Profile, facts: &HostFacts) -> ActiveProfile {
                 .into(),
         );
     }
-    // A test-only weakened daemon (vivarium_sandbox::weaken) says so in every outcome.
+    // A test-only weakened daemon (crate::policy::weaken) says so in every outcome.
     not_enforced.extend(facts.weakened.describe());
     ActiveProfile {
         disabled: (!problems.is_empty()).then(|| problems.join("; ")),
@@ -556,7 +556,7 @@ mod tests {
 
     #[test]
     fn a_weakened_spawner_is_named_in_every_profile_and_production_has_none() {
-        use vivarium_sandbox::weaken::{Layer, Weakening};
+        use crate::policy::weaken::{Layer, Weakening};
         let mut w = Weakening::none();
         w.layers.insert(Layer::PidNs);
         let mut weak = facts(7, ALL);

@@ -525,7 +525,9 @@ pub fn install_plan(
             mode: 0o700,
         },
     );
-    plan.export = Some(ENV_PATH.into());
+    plan.kind = vivarium_sandbox::plan::PlanKind::Install {
+        export: ENV_PATH.into(),
+    };
     plan.rlimits.fsize = section.max_env_bytes;
     plan.rlimits.nofile = plan.rlimits.nofile.max(1024);
     if section.index_url.is_some() {
@@ -753,7 +755,7 @@ mod tests {
         // exported to the server: no host directory is writable.
         assert_eq!(tmpfs(&plan, ENV_PATH), Some((64 << 20, 5_000)));
         assert_eq!(tmpfs(&plan, "/tmp"), Some((64 << 20, 5_000)), "uv's cache");
-        assert_eq!(plan.export, Some(PathBuf::from(ENV_PATH)));
+        assert_eq!(plan.kind.export(), Some(&PathBuf::from(ENV_PATH)));
         assert!(
             plan.mounts.iter().all(
                 |m| !matches!(m, MountStep::BindRo { path, .. } if path == Path::new(ENV_PATH))
@@ -935,7 +937,7 @@ mod tests {
         let limits = a.profile.job_limits(&Default::default()).unwrap();
         let mut plan = plan::build(1, &a.profile, &limits, &[], vec![], Some(&[]));
         use_env(&mut plan, Path::new("/c/envs/k/env"));
-        assert!(plan.network != NetworkPlan::Egress && plan.export.is_none());
+        assert!(plan.network != NetworkPlan::Egress && plan.kind.export().is_none());
         assert_eq!(plan.interpreter, PathBuf::from("/env/bin/python"));
         assert_eq!(plan.argv[0], "/env/bin/python");
         assert_eq!(&plan.argv[1..3], ["-I", "-u"]);

@@ -2,6 +2,7 @@
 //! runtime exists, so the multi-threaded process is never forked), then route its
 //! messages to the job that each one is about.
 
+use crate::policy::weaken::Weakening;
 use std::collections::HashMap;
 use std::io::IoSlice;
 use std::os::fd::{BorrowedFd, OwnedFd};
@@ -55,6 +56,8 @@ pub struct SpawnerClient {
     routes: Routes,
     /// Notified when the link to the spawner is gone.
     pub gone: Arc<tokio::sync::Notify>,
+    /// Applied to every plan sent (empty in production).
+    weakening: Weakening,
 }
 
 /// What the spawner found on this host.
@@ -70,9 +73,10 @@ pub struct HostFacts {
     pub cgroup_view: Vec<vivarium_sandbox::cgroup::ViewMount>,
     /// The daemon runs as an ordinary user.
     pub rootless: bool,
-    /// Test-only weakening the spawner applies to every job (empty in production);
-    /// every profile lists it in `not_enforced`, and outcomes report what it removed.
-    pub weakened: vivarium_sandbox::weaken::Weakening,
+    /// Test-only weakening applied to every plan the server sends (empty in
+    /// production); every profile lists it in `not_enforced`, and outcomes report what
+    /// it removed.
+    pub weakened: Weakening,
 }
 
 impl HostFacts {
@@ -84,13 +88,15 @@ impl HostFacts {
 }
 
 impl SpawnerClient {
-    /// Attach to the runtime, send `Init`, wait for `Ready`, start routing.
+    /// Attach to the runtime, send `Init`, wait for `Ready`, start routing. `weakening`
+    /// is applied to every plan sent ([`Weakening::none`] but in the attack suite).
     pub async fn attach(
         un: Unattached,
         config: SpawnerConfig,
+        weakening: Weakening,
     ) -> Result<(Self, HostFacts, std::process::Child), SpawnerError> {
         let rootless = config.rootless;
-        let weakened = config.weakening.clone();
+        let weakened = weakening.clone();
         // tokio needs a non-blocking fd: a blocking recv would park a worker thread
         // (and with it any task woken onto that worker's queue).
         nix::fcntl::fcntl(
@@ -135,11 +141,18 @@ impl SpawnerClient {
         let routes: Routes = Arc::default();
         let gone = Arc::new(tokio::sync::Notify::new());
         tokio::spawn(route(sock.clone(), routes.clone(), gone.clone()));
-        Ok((SpawnerClient { sock, routes, gone }, facts, un.child))
+        let client = SpawnerClient {
+            sock,
+            routes,
+            gone,
+            weakening,
+        };
+        Ok((client, facts, un.child))
     }
 
     /// Send a job to the spawner with its four fds; its messages arrive on the
-    /// returned channel, ending with `Finished`.
+    /// returned channel, ending with `Finished`. Every plan goes this way, so the
+    /// test-only weakening is applied here (a no-op in production).
     pub async fn spawn(
         &self,
         plan: &JobPlan,
@@ -150,7 +163,9 @@ impl SpawnerClient {
             .lock()
             .expect("routes lock")
             .insert(plan.job_id, tx);
-        let frame = ipc::encode(&ToSpawner::Spawn(Box::new(plan.clone())));
+        let mut sent = plan.clone();
+        self.weakening.apply(&mut sent);
+        let frame = ipc::encode(&ToSpawner::Spawn(Box::new(sent)));
         let mut space = [0u8; 256];
         let mut anc = AncillaryMessageWriter::new(&mut space);
         anc.add_fds(&fds)

@@ -316,7 +316,7 @@ pub(super) async fn build(
         let ready = super::packages::for_job(daemon, active, reqs, &Notify::new())
             .await
             .map_err(WarmError::Packages)?;
-        if plan.zygote.is_some() {
+        if plan.kind.zygote().is_some() {
             // A zygote imports its preload with every capability of its user namespace
             // and no Landlock: only from the environment this daemon built for this
             // profile's own request (docs/ARCHITECTURE.md, "What a zygote trusts").
@@ -328,7 +328,7 @@ pub(super) async fn build(
         crate::packages::install::use_env(&mut plan, &ready.entry.env());
         Some(ready)
     };
-    if let Some(z) = plan.zygote.as_mut() {
+    if let vivarium_sandbox::plan::PlanKind::Warm { zygote: Some(z) } = &mut plan.kind {
         // One zygote per profile activation and package environment (a rebuilt
         // environment at the same path is another: its directory's inode and ctime).
         use std::hash::{Hash, Hasher};

@@ -27,7 +27,6 @@ use vivarium_sandbox::ipc::{
 use vivarium_sandbox::plan::{JobPlan, NetworkPlan, SANDBOX_GID, SANDBOX_UID};
 use vivarium_sandbox::report::{decode_all, Failure, InitMsg};
 use vivarium_sandbox::sys;
-use vivarium_sandbox::weaken::{self, Layer};
 
 /// The wall-clock bound of a warm sandbox still waiting for its job (the server's
 /// idle shrink normally ends it much sooner).
@@ -62,7 +61,7 @@ struct Job {
     internal: bool,
     /// The id of the zygote this job was forked from.
     zygote: Option<u64>,
-    /// `JobPlan::export`: the sandbox directory the server gets an fd to at `Running`.
+    /// `PlanKind::Install`'s export: the sandbox directory the server gets an fd to at `Running`.
     export: Option<PathBuf>,
 }
 
@@ -284,11 +283,11 @@ fn run(link: OwnedFd) -> Result<(), String> {
         _ => return Err("expected Init on the link".into()),
     };
     // Fail closed: a weakening only ever comes from the attack suite's test binary,
-    // which also sets this variable (vivarium_sandbox::weaken).
-    if !config.weakening.is_empty() && std::env::var(weaken::TEST_ENV).as_deref() != Ok("1") {
+    // which also sets this variable (`vivariumd::policy::weaken`).
+    if config.weakened && std::env::var(ipc::TEST_WEAKENED_ENV).as_deref() != Ok("1") {
         let e = format!(
             "refusing a test-only weakening without {}=1",
-            weaken::TEST_ENV
+            ipc::TEST_WEAKENED_ENV
         );
         let _ = send_msg(&link, &FromSpawner::InitFailed(e.clone()));
         return Err(e);
@@ -354,10 +353,7 @@ fn run(link: OwnedFd) -> Result<(), String> {
         } else {
             open_ns("/proc/self/ns/time").ok()
         },
-        templates: template::Templates::new(
-            !config.rootless && config.weakening.is_empty(),
-            config.state_dir.join("root"),
-        ),
+        templates: template::Templates::new(!config.rootless, config.state_dir.join("root")),
         config,
         cgroups,
         landlock_abi,
@@ -603,6 +599,16 @@ impl Spawner {
 
     /// Build and start one job. On error nothing of the job is left behind.
     fn spawn(&mut self, mut plan: JobPlan, fds: Vec<OwnedFd>) -> Result<(), Failure> {
+        // Fail closed: a test-only plan only from a server started for one (whose
+        // spawner checked ipc::TEST_WEAKENED_ENV at Init).
+        if plan.layers.weakened && !self.config.weakened {
+            return Err(Failure {
+                step: "weakened".into(),
+                detail: "refusing a test-only weakened plan: the daemon was not started for one"
+                    .into(),
+                errno: 0,
+            });
+        }
         let fds = match self.route(&mut plan, fds)? {
             zygote::Route::Cold(fds) => fds,
             zygote::Route::Deferred => return Ok(()),
@@ -671,7 +677,7 @@ impl Spawner {
             cpu_quota_us: plan.cgroup.cpu_quota_us,
             cpu_period_us: plan.cgroup.cpu_period_us,
         };
-        let name = if plan.is_zygote {
+        let name = if plan.kind.is_zygote() {
             format!("zygote-{}", u64::MAX - plan.job_id)
         } else {
             format!("job-{}", plan.job_id)
@@ -800,7 +806,7 @@ impl Spawner {
         let now = Instant::now();
         // A warm sandbox has no deadline until its job is delivered (`Arm`); the
         // server kills unused ones when its pool shrinks.
-        let (wall, cpu_limit_ns) = if plan.warm {
+        let (wall, cpu_limit_ns) = if plan.kind.waits_for_arm() {
             (WARM_UNARMED, 0)
         } else {
             (
@@ -829,7 +835,7 @@ impl Spawner {
             reported: false,
             internal: false,
             zygote: None,
-            export: plan.export.clone(),
+            export: plan.kind.export().cloned(),
         }
     }
 
@@ -872,15 +878,15 @@ impl Spawner {
         // The spawner never leaves its own cgroup: on v2 the child is cloned into the
         // job's (`CLONE_INTO_CGROUP`), on v1 it moves itself in later (`late`).
         debug_assert!(cgroup.is_none_or(|c| c.dir_fd().is_some()));
-        let weak = &self.config.weakening;
-        let unless = |layer: Layer, flag: libc::c_int| if weak.drops(layer) { 0 } else { flag };
+        let ns = &plan.layers.namespaces;
+        let when = |on: bool, flag: libc::c_int| if on { flag } else { 0 };
         let mut flags = libc::CLONE_NEWUSER
             | libc::CLONE_NEWNS
-            | unless(Layer::PidNs, libc::CLONE_NEWPID)
-            | unless(Layer::NetNs, libc::CLONE_NEWNET)
+            | when(ns.pid, libc::CLONE_NEWPID)
+            | when(ns.net, libc::CLONE_NEWNET)
             | libc::CLONE_NEWIPC
-            | unless(Layer::UtsNs, libc::CLONE_NEWUTS)
-            | unless(Layer::CgroupNs, libc::CLONE_NEWCGROUP);
+            | when(ns.uts, libc::CLONE_NEWUTS)
+            | when(ns.cgroup, libc::CLONE_NEWCGROUP);
         if late {
             // Init makes its cgroup namespace once it is in the job's cgroup.
             flags &= !libc::CLONE_NEWCGROUP;
@@ -894,7 +900,7 @@ impl Spawner {
             let (ns, listener) = self.net.egress().map_err(|e| os("egress-netns", e))?;
             egress = Some(listener);
             Some(ns)
-        } else if flags & libc::CLONE_NEWNET != 0 && !weak.drops(Layer::NetNsOwner) {
+        } else if flags & libc::CLONE_NEWNET != 0 && ns.net_spare {
             self.net.take(plan.network)
         } else {
             None
@@ -915,14 +921,14 @@ impl Spawner {
         // `vivarium_sandbox::timens`): made for the spawner's children just before the clone, so
         // init is born in it; the spawner's own clocks never change.
         let timed = self.time_home.is_some()
-            && !weak.drops(Layer::TimeNs)
+            && ns.time
             && vivarium_sandbox::timens::unshare_near_zero().is_ok();
         if !timed {
             self.leave_time_ns(None);
         }
         // The job's mount namespace as a copy of its plan's template (see `template`);
         // the spawner is in the template's namespace only around the clone3.
-        let on_template = !plan.is_zygote && self.templates.enter(plan);
+        let on_template = !plan.kind.is_zygote() && self.templates.enter(plan);
         // SAFETY: the spawner is single-threaded (its own process, one poll loop, no
         // threads started), so the child's copy holds no lock another thread took.
         #[allow(unsafe_code)]
@@ -966,7 +972,6 @@ impl Spawner {
                 on_template,
                 kernel_landlock_abi: self.landlock_abi,
                 rootless: self.config.rootless,
-                weakening: &self.config.weakening,
                 fds: InitFds {
                     sync: sync_r,
                     status: status_w,
@@ -1018,7 +1023,7 @@ impl Spawner {
                 // Per job, its own pair of host ids: jobs never share a host uid. A
                 // zygote's namespace also maps the ids its forked jobs run as.
                 let host = self.config.id_base + 2 * slot;
-                let jobs = if plan.is_zygote {
+                let jobs = if plan.kind.is_zygote() {
                     zygote_id_map(&self.config)
                 } else {
                     String::new()

@@ -20,7 +20,8 @@
 //!
 //! Only for a root daemon's ordinary jobs: a rootless daemon cannot join a mount
 //! namespace owned by the host, a zygote's sandbox is the base of its own jobs' copies
-//! (`vivarium_sandbox::zygote`), and a test-only weakening builds the root on the spot. Where a
+//! (`vivarium_sandbox::zygote`), and a test-only plan (`Layers::weakened`) builds the root on
+//! the spot, as its layers and mount steps say. Where a
 //! template cannot be built, the job is built cold, as before, with the same layers.
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
@@ -118,7 +119,7 @@ impl Templates {
     /// Join the template for `plan`'s mounts, building it first if there is none yet.
     /// `false`: the spawner stayed where it was and the job is built cold.
     pub fn enter(&mut self, plan: &JobPlan) -> bool {
-        if self.home.is_none() {
+        if self.home.is_none() || plan.layers.weakened {
             return false;
         }
         let Some(key) = Key::of(&plan.mounts) else {

@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use vivarium_sandbox::cgroup::JobCgroup;
 use vivarium_sandbox::ipc::{self, KillCause};
-use vivarium_sandbox::plan::JobPlan;
+use vivarium_sandbox::plan::{JobPlan, PlanKind};
 use vivarium_sandbox::report::Failure;
 use vivarium_sandbox::zygote as zy;
 
@@ -145,16 +145,17 @@ impl Spawner {
         plan: &mut JobPlan,
         fds: Vec<OwnedFd>,
     ) -> Result<Route, Failure> {
-        let Some(zplan) = &plan.zygote else {
+        let Some(zplan) = plan.kind.zygote() else {
             return Ok(Route::Cold(fds));
         };
         let idle_secs = zplan.idle_secs;
         let profile = zplan.profile.clone();
         let generation = zplan.generation;
-        // A test-only weakening is applied by the cold path only; rootless and
+        // A zygote-forked job's setup is the full sandbox's: a test-only plan starts cold
+        // (the server's weakening takes its zygote part off anyway); rootless and
         // cgroup-less daemons have no zygotes.
         if self.zygotes.library.is_none()
-            || !self.config.weakening.is_empty()
+            || plan.layers.weakened
             || self.config.rootless
             || self.cgroups.is_none()
         {
@@ -333,7 +334,6 @@ impl Spawner {
         stdio: [OwnedFd; 3],
         slot: u32,
     ) -> Result<(), Failure> {
-        plan.zygote_slot = Some(slot);
         let cgroups = self.cgroups.as_ref().expect("checked by route");
         let name = format!("job-{}", plan.job_id);
         let limits = vivarium_sandbox::cgroup::Limits {
@@ -348,7 +348,12 @@ impl Spawner {
         // What the zygote's child gets: the plan with the job's own small filters (it
         // inherits the zygote's). Taken from the plan, not copied: a forked job's plan
         // serves nothing else but its ids and deadlines.
-        let zplan = plan.zygote.take().expect("routed by its zygote plan");
+        let PlanKind::Warm {
+            zygote: Some(zplan),
+        } = std::mem::replace(&mut plan.kind, PlanKind::Forked { slot })
+        else {
+            unreachable!("routed by its zygote plan")
+        };
         let filters = zplan.seccomp.len() + zplan.job_seccomp.len();
         plan.seccomp = zplan.job_seccomp;
         match self.send_fork(i, plan, stdio, &cgroup) {
@@ -422,11 +427,7 @@ impl Spawner {
         // The forked job's init makes its time namespace where the spawner can make one
         // for a cold job (`JobPlan::time_ns`).
         let mut sent = plan.clone();
-        sent.time_ns = self.time_home.is_some()
-            && !self
-                .config
-                .weakening
-                .drops(vivarium_sandbox::weaken::Layer::TimeNs);
+        sent.time_ns = self.time_home.is_some() && plan.layers.namespaces.time;
         let msg = ipc::encode(&sent);
         sendmsg::<()>(
             z.ctl.as_raw_fd(),
@@ -474,7 +475,7 @@ impl Spawner {
             // The zygote said why (the request only failed).
             let _ = cgroup.kill_all();
             let _ = cgroup.remove();
-            self.free_slots.extend(plan.zygote_slot);
+            self.free_slots.extend(plan.kind.forked_slot());
             self.started(plan.job_id, Err(failure("zygote-fork", text)));
             return Ok(());
         };
@@ -491,16 +492,12 @@ impl Spawner {
             pidfd,
             std::fs::File::from(status),
             Some(cgroup),
-            plan.zygote_slot,
+            plan.kind.forked_slot(),
             None,
         );
         job.zygote = zygote;
         job.report.seccomp_filters = u32::try_from(filters).ok();
-        job.report.time_namespace = self.time_home.is_some()
-            && !self
-                .config
-                .weakening
-                .drops(vivarium_sandbox::weaken::Layer::TimeNs);
+        job.report.time_namespace = self.time_home.is_some() && plan.layers.namespaces.time;
         if let Some(cause) = killed {
             super::kill(&mut job, cause);
         }
@@ -523,7 +520,7 @@ impl Spawner {
                 // cgroup and ends before it maps the payload's ids.
                 let _ = asked.cgroup.kill_all();
                 let _ = asked.cgroup.remove();
-                self.free_slots.extend(asked.plan.zygote_slot);
+                self.free_slots.extend(asked.plan.kind.forked_slot());
                 self.started(
                     asked.plan.job_id,
                     Err(failure("zygote-fork", "the zygote did not answer")),
@@ -544,7 +541,7 @@ impl Spawner {
         for asked in z.asked {
             let _ = asked.cgroup.kill_all();
             let _ = asked.cgroup.remove();
-            self.free_slots.extend(asked.plan.zygote_slot);
+            self.free_slots.extend(asked.plan.kind.forked_slot());
             self.started(
                 asked.plan.job_id,
                 Err(failure("zygote-fork", "the zygote ended")),

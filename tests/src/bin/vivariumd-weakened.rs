@@ -8,7 +8,7 @@
 //!
 //! It refuses to start without `VIVARIUM_TEST_WEAKENED=1` or without a weakening, and
 //! the daemon lists every dropped layer in each outcome's `not_enforced`. The weakening
-//! is a plain argument of `vivariumd::entry::main` (see `vivarium_sandbox::weaken`):
+//! is a plain argument of `vivariumd::entry::main` (see `vivariumd::policy::weaken`):
 //! the production `vivariumd` always passes none, and no config, profile or request
 //! can set one.
 #![forbid(unsafe_code)]
@@ -17,7 +17,7 @@ use std::ffi::OsString;
 use std::os::fd::IntoRawFd;
 use std::process::ExitCode;
 use vivarium_sandbox::ipc::SPAWNER_ARG;
-use vivarium_sandbox::weaken::{Weakening, TEST_ENV};
+use vivariumd::policy::weaken::{Weakening, TEST_ENV};
 
 fn main() -> ExitCode {
     if std::env::var(TEST_ENV).as_deref() != Ok("1") {
@@ -26,8 +26,8 @@ fn main() -> ExitCode {
     }
     let args: Vec<OsString> = std::env::args_os().collect();
     if args.get(1).is_some_and(|a| a == SPAWNER_ARG) {
-        // The spawner (re-exec'd from /proc/self/exe) gets the weakening from the server
-        // over its link. A decoy fd, not close-on-exec, stands for an fd the daemon
+        // The spawner (re-exec'd from /proc/self/exe) gets its weakened plans from the
+        // server over its link. A decoy fd, not close-on-exec, stands for an fd the daemon
         // leaked: init's close-all must remove it unless `close-fds` is switched off.
         if let Ok(f) = std::fs::File::open("/dev/null") {
             let _ = nix::fcntl::fcntl(
