@@ -14,7 +14,7 @@
 
 use crate::plan::LandlockPlan;
 use crate::report::{encode, PayloadMsg};
-use crate::{landlock, sys, SetupError};
+use crate::{landlock, sys, SetupError, Step};
 use seccompiler::BpfProgram;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use vivarium_proto::LandlockStatus;
@@ -66,34 +66,34 @@ pub(crate) struct Confine<'a> {
 /// reported; the caller then execs (cold) or returns to the interpreter (forked).
 pub(crate) fn confine(c: Confine<'_>) -> Result<(), SetupError> {
     // C1
-    nix::unistd::setsid().map_err(|e| SetupError::errno("setsid", e))?;
+    nix::unistd::setsid().map_err(|e| SetupError::errno(Step::Setsid, e))?;
     if c.reset_signals {
-        sys::reset_signals().map_err(|e| SetupError::io("signals", "/".as_ref(), &e))?;
+        sys::reset_signals().map_err(|e| SetupError::io(Step::Signals, "/".as_ref(), &e))?;
     }
     // C2
     for (target, fd) in c.stdio.iter().enumerate() {
         sys::dup_onto(fd.as_fd(), target as i32)
-            .map_err(|e| SetupError::io("dup2", "stdio".as_ref(), &e))?;
+            .map_err(|e| SetupError::io(Step::Dup2, "stdio".as_ref(), &e))?;
     }
     for (i, fd) in c.extra.iter().enumerate() {
         sys::dup_onto(fd.as_fd(), 3 + i as i32)
-            .map_err(|e| SetupError::io("dup2", "extra".as_ref(), &e))?;
+            .map_err(|e| SetupError::io(Step::Dup2, "extra".as_ref(), &e))?;
     }
     match c.other_fds {
         OtherFds::CloseOnExec => sys::cloexec_from(3 + c.extra.len() as u32)
-            .map_err(|e| SetupError::io("close_range", "/".as_ref(), &e))?,
+            .map_err(|e| SetupError::io(Step::CloseRange, "/".as_ref(), &e))?,
         OtherFds::CloseNow => {
             // SAFETY: the caller's contract for `CloseNow` (a forked payload): it goes on
             // with 0-2 and the report pipe alone, and forgets, never closes, what it
             // owned of the others (`zygote::payload`).
             #[allow(unsafe_code)]
             let closed = unsafe { sys::close_all_except(&[0, 1, 2, c.report.as_raw_fd() as u32]) };
-            closed.map_err(|e| SetupError::io("close_range", "/".as_ref(), &e))?;
+            closed.map_err(|e| SetupError::io(Step::CloseRange, "/".as_ref(), &e))?;
         }
         OtherFds::Keep => {}
     }
     // C3
-    nix::unistd::chdir("/work").map_err(|e| SetupError::errno("chdir", e))?;
+    nix::unistd::chdir("/work").map_err(|e| SetupError::errno(Step::Chdir, e))?;
     // C4
     if let Privileges::Drop {
         rootless,
@@ -104,11 +104,12 @@ pub(crate) fn confine(c: Confine<'_>) -> Result<(), SetupError> {
         if dumpable_again {
             // Its own children may read its /proc entries, as a cold payload's may after
             // its execve. Init stays non-dumpable, and its host uid is not the job's.
-            sys::set_dumpable(true).map_err(|e| SetupError::io("dumpable", "/".as_ref(), &e))?;
+            sys::set_dumpable(true)
+                .map_err(|e| SetupError::io(Step::Dumpable, "/".as_ref(), &e))?;
         }
     }
     // C5
-    sys::set_no_new_privs().map_err(|e| SetupError::io("no_new_privs", "/".as_ref(), &e))?;
+    sys::set_no_new_privs().map_err(|e| SetupError::io(Step::NoNewPrivs, "/".as_ref(), &e))?;
     let status = match c.landlock {
         Some((plan, kernel_abi)) => landlock::apply(plan, kernel_abi)?,
         None => LandlockStatus::NotEnforced,
@@ -117,11 +118,11 @@ pub(crate) fn confine(c: Confine<'_>) -> Result<(), SetupError> {
     let report = encode(&PayloadMsg::Landlock(status));
     for filter in c.filters {
         seccompiler::apply_filter(filter).map_err(|e| SetupError::Other {
-            step: "seccomp",
+            step: Step::Seccomp,
             detail: e.to_string(),
         })?;
     }
     // C6 (write is on the allowlist).
-    nix::unistd::write(c.report, &report).map_err(|e| SetupError::errno("report", e))?;
+    nix::unistd::write(c.report, &report).map_err(|e| SetupError::errno(Step::Report, e))?;
     Ok(())
 }

@@ -30,7 +30,7 @@ use crate::confine::{confine, Confine, OtherFds, Privileges};
 use crate::plan::{JobPlan, SANDBOX_GID, SANDBOX_UID, SCRIPT_PATH};
 use crate::report::{encode, Failure, InitMsg, PayloadMsg, WaitStatus};
 use crate::sys;
-use crate::{caps, mount, rlimit, SetupError};
+use crate::{caps, mount, rlimit, SetupError, Step};
 use nix::sys::socket::MsgFlags;
 use nix::sys::wait::{waitpid, WaitStatus as NixWait};
 use nix::unistd::{Gid, Pid, Uid};
@@ -233,11 +233,11 @@ fn init(
         mount::enter_anchor(new_root)?;
     }
     if !rootless {
-        nix::unistd::setgroups(&[]).map_err(|e| SetupError::errno("setgroups", e))?;
+        nix::unistd::setgroups(&[]).map_err(|e| SetupError::errno(Step::Setgroups, e))?;
         nix::unistd::setresgid(Gid::from_raw(0), Gid::from_raw(0), Gid::from_raw(0))
-            .map_err(|e| SetupError::errno("setresgid-root", e))?;
+            .map_err(|e| SetupError::errno(Step::SetresgidRoot, e))?;
         nix::unistd::setresuid(Uid::from_raw(0), Uid::from_raw(0), Uid::from_raw(0))
-            .map_err(|e| SetupError::errno("setresuid-root", e))?;
+            .map_err(|e| SetupError::errno(Step::SetresuidRoot, e))?;
     }
     // (Rootless: init already is uid 1000 inside, the only id mapped, with every
     // capability in its own user namespace.)
@@ -246,7 +246,7 @@ fn init(
     // sync pipe's write end for the job's lifetime, so a hang-up there means it died
     // before the signal was armed.
     sys::set_parent_death_signal(libc::SIGKILL)
-        .map_err(|e| SetupError::io("pdeathsig", "/".as_ref(), &e))?;
+        .map_err(|e| SetupError::io(Step::Pdeathsig, "/".as_ref(), &e))?;
     let mut lifeline = [nix::poll::PollFd::new(
         sync.as_fd(),
         nix::poll::PollFlags::POLLIN,
@@ -281,7 +281,7 @@ fn init(
         join_late_cgroup(&sock)?;
         if plan.layers.namespaces.cgroup {
             nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWCGROUP)
-                .map_err(|e| SetupError::errno("unshare-cgroup", e))?;
+                .map_err(|e| SetupError::errno(Step::UnshareCgroup, e))?;
         }
     }
 
@@ -301,18 +301,18 @@ fn init(
     // change it), brought up here in one of the job's own (`CLONE_NEWNET`: rootless, or
     // no spare). Fail closed: the plan asked for it.
     if plan.network.loopback() {
-        sys::loopback_up().map_err(|e| SetupError::io("loopback", "lo".as_ref(), &e))?;
+        sys::loopback_up().map_err(|e| SetupError::io(Step::Loopback, "lo".as_ref(), &e))?;
     }
 
     // 3. Hostname, the script, rlimits (inherited by the payload).
     if plan.layers.namespaces.uts {
         nix::unistd::sethostname(&plan.hostname)
-            .map_err(|e| SetupError::errno("sethostname", e))?;
+            .map_err(|e| SetupError::errno(Step::Sethostname, e))?;
     }
     let mut code = Vec::new();
     std::fs::File::from(fds.code)
         .read_to_end(&mut code)
-        .map_err(|e| SetupError::io("read-code", "memfd".as_ref(), &e))?;
+        .map_err(|e| SetupError::io(Step::ReadCode, "memfd".as_ref(), &e))?;
     if !plan.kind.is_zygote() {
         // (A zygote's program is its `-c`; its /work is a read-only empty directory.)
         mount::write_script(SCRIPT_PATH.as_ref(), &code, owner)?;
@@ -322,13 +322,13 @@ fn init(
 
     // 4. Fork the payload; stay as its reaper.
     let (exec_r, mut exec_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-        .map_err(|e| SetupError::errno("pipe", e))?;
+        .map_err(|e| SetupError::errno(Step::Pipe, e))?;
     if !fds.extra.is_empty() {
         // The payload dup2s the extra fds onto 3, 4, ...: nothing it still needs may
         // have those numbers.
         let high = |fd: &OwnedFd| {
             sys::dup_at_least(fd.as_fd(), 64)
-                .map_err(|e| SetupError::io("dup", "extra".as_ref(), &e))
+                .map_err(|e| SetupError::io(Step::Dup, "extra".as_ref(), &e))
         };
         exec_w = high(&exec_w)?;
         fds.extra = fds.extra.iter().map(high).collect::<Result<_, _>>()?;
@@ -352,7 +352,7 @@ fn init(
     #[allow(unsafe_code)]
     let forked = unsafe { sys::vfork_run(&mut child) };
     let payload =
-        Pid::from_raw(forked.map_err(|e| SetupError::io("clone", "payload".as_ref(), &e))?);
+        Pid::from_raw(forked.map_err(|e| SetupError::io(Step::Clone, "payload".as_ref(), &e))?);
     // The payload has the only copies of stdio that matter: EOF reaches the server
     // as soon as the job's processes are gone.
     drop((fds.stdin, fds.stdout, fds.stderr, fds.extra, exec_w));
@@ -373,19 +373,19 @@ fn after_fork(layers: &crate::plan::Layers) -> Result<(), SetupError> {
     if !layers.init_root {
         let (gid, uid) = (Gid::from_raw(SANDBOX_GID), Uid::from_raw(SANDBOX_UID));
         nix::unistd::setresgid(gid, gid, gid)
-            .map_err(|e| SetupError::errno("weak-init-setresgid", e))?;
+            .map_err(|e| SetupError::errno(Step::WeakInitSetresgid, e))?;
         nix::unistd::setresuid(uid, uid, uid)
-            .map_err(|e| SetupError::errno("weak-init-setresuid", e))?;
+            .map_err(|e| SetupError::errno(Step::WeakInitSetresuid, e))?;
         nix::sys::prctl::set_dumpable(true)
-            .map_err(|e| SetupError::errno("weak-init-dumpable", e))?;
+            .map_err(|e| SetupError::errno(Step::WeakInitDumpable, e))?;
         // (The credential change cleared the parent-death signal.)
         sys::set_parent_death_signal(libc::SIGKILL)
-            .map_err(|e| SetupError::io("weak-init-pdeathsig", "/".as_ref(), &e))?;
+            .map_err(|e| SetupError::io(Step::WeakInitPdeathsig, "/".as_ref(), &e))?;
     }
     if !layers.namespaces.pid {
         // Not a pid namespace's init: take the job's orphans explicitly.
         nix::sys::prctl::set_child_subreaper(true)
-            .map_err(|e| SetupError::errno("weak-subreaper", e))?;
+            .map_err(|e| SetupError::errno(Step::WeakSubreaper, e))?;
     }
     Ok(())
 }
@@ -415,7 +415,7 @@ pub(crate) fn supervise(
     }
     let Some(landlock) = landlock else {
         return Err(SetupError::Other {
-            step: "payload",
+            step: Step::Payload,
             detail: "payload died before reporting".into(),
         });
     };
@@ -450,11 +450,11 @@ pub(crate) fn supervise(
 fn join_late_cgroup(sock: &OwnedFd) -> Result<(), SetupError> {
     let mut buf = [0u8; 256];
     let (n, files) = sys::recv_with_fds(sock.as_fd(), &mut buf, MsgFlags::empty())
-        .map_err(|e| SetupError::io("cgroup-attach", "spawner".as_ref(), &e))?;
+        .map_err(|e| SetupError::io(Step::CgroupAttach, "spawner".as_ref(), &e))?;
     let text = String::from_utf8_lossy(&buf[..n]);
     let Some(name) = text.strip_prefix("ok ") else {
         return Err(SetupError::Other {
-            step: "cgroup-attach",
+            step: Step::CgroupAttach,
             detail: format!("the spawner made no cgroup: {text:?}"),
         });
     };
@@ -469,20 +469,20 @@ fn join_late_cgroup(sock: &OwnedFd) -> Result<(), SetupError> {
 pub(crate) fn attach_self(files: &[OwnedFd], name: &str) -> Result<(), SetupError> {
     if files.is_empty() {
         return Err(SetupError::Other {
-            step: "cgroup-attach",
+            step: Step::CgroupAttach,
             detail: "no cgroup file came with the job".into(),
         });
     }
     for file in files {
-        nix::unistd::write(file, b"0").map_err(|e| SetupError::errno("cgroup-attach", e))?;
+        nix::unistd::write(file, b"0").map_err(|e| SetupError::errno(Step::CgroupAttach, e))?;
     }
     let own = format!("/{name}");
     let listed = std::fs::read_to_string("/proc/self/cgroup")
-        .map_err(|e| SetupError::io("cgroup-attach", "/proc/self/cgroup".as_ref(), &e))?;
+        .map_err(|e| SetupError::io(Step::CgroupAttach, "/proc/self/cgroup".as_ref(), &e))?;
     let joined = listed.lines().filter(|l| l.ends_with(own.as_str())).count();
     if joined < files.len() {
         return Err(SetupError::Other {
-            step: "cgroup-attach",
+            step: Step::CgroupAttach,
             detail: format!("in {joined} of {} job cgroups: {listed}", files.len()),
         });
     }
@@ -508,7 +508,7 @@ pub(super) fn set_user_ns_limits(keep_namespaces: bool) -> Result<(), SetupError
     {
         let path = std::path::Path::new("/proc/sys/user").join(name);
         std::fs::write(&path, format!("{value}\n"))
-            .map_err(|e| SetupError::io("userns-limits", &path, &e))?;
+            .map_err(|e| SetupError::io(Step::UsernsLimits, &path, &e))?;
     }
     Ok(())
 }
@@ -519,7 +519,7 @@ fn set_memfd_noexec() -> Result<(), SetupError> {
     }
     // 2: every memfd is created non-executable and sealed so; MFD_EXEC is refused.
     std::fs::write(MEMFD_NOEXEC, "2")
-        .map_err(|e| SetupError::io("memfd_noexec", MEMFD_NOEXEC.as_ref(), &e))
+        .map_err(|e| SetupError::io(Step::MemfdNoexec, MEMFD_NOEXEC.as_ref(), &e))
 }
 
 /// Reap every child (orphans re-parent to us) until `payload` itself has ended.
@@ -589,20 +589,20 @@ fn payload(
 
     // 8. execve; seccomp must allow it (it is the last syscall of our setup).
     let err = sys::execve(&prepared.exe, &argv, &envp);
-    Err(SetupError::io("execve", &plan.interpreter, &err))
+    Err(SetupError::io(Step::Execve, &plan.interpreter, &err))
 }
 
 /// Step 6: every capability gone, securebits locked, the unprivileged ids.
 pub(crate) fn drop_privileges(rootless: bool) -> Result<(), SetupError> {
     caps::drop_bounding_ambient_inheritable()?;
-    sys::lock_securebits().map_err(|e| SetupError::io("securebits", "/".as_ref(), &e))?;
+    sys::lock_securebits().map_err(|e| SetupError::io(Step::Securebits, "/".as_ref(), &e))?;
     if !rootless {
         // (A rootless job's namespace has setgroups denied and no other group.)
-        nix::unistd::setgroups(&[]).map_err(|e| SetupError::errno("setgroups", e))?;
+        nix::unistd::setgroups(&[]).map_err(|e| SetupError::errno(Step::Setgroups, e))?;
     }
     let (gid, uid) = (Gid::from_raw(SANDBOX_GID), Uid::from_raw(SANDBOX_UID));
-    nix::unistd::setresgid(gid, gid, gid).map_err(|e| SetupError::errno("setresgid", e))?;
-    nix::unistd::setresuid(uid, uid, uid).map_err(|e| SetupError::errno("setresuid", e))?;
+    nix::unistd::setresgid(gid, gid, gid).map_err(|e| SetupError::errno(Step::Setresgid, e))?;
+    nix::unistd::setresuid(uid, uid, uid).map_err(|e| SetupError::errno(Step::Setresuid, e))?;
     // Leaving uid 0 cleared the permitted and effective sets; a rootless payload was
     // uid 1000 all along and still holds them (in its own namespace): clear them.
     caps::drop_permitted_effective()?;

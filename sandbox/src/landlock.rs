@@ -2,14 +2,14 @@
 //! pivot_root (Landlock forbids later mounts) and before seccomp.
 
 use crate::plan::LandlockPlan;
-use crate::SetupError;
+use crate::{SetupError, Step};
 use landlock::{
     Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, PathBeneath, PathFd, Ruleset,
     RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
 };
 use vivarium_proto::LandlockStatus;
 
-fn err(step: &'static str, e: impl std::fmt::Display) -> SetupError {
+fn err(step: Step, e: impl std::fmt::Display) -> SetupError {
     SetupError::Other {
         step,
         detail: e.to_string(),
@@ -34,7 +34,7 @@ pub fn apply(plan: &LandlockPlan, kernel_abi: u32) -> Result<LandlockStatus, Set
     let mut ruleset = Ruleset::default()
         .set_compatibility(level)
         .handle_access(AccessFs::from_all(abi))
-        .map_err(|e| err("landlock-fs", e))?;
+        .map_err(|e| err(Step::LandlockFs, e))?;
     if plan.abi >= 4 && !plan.tcp_any {
         // Handled with no rule: every TCP bind and connect is denied (but the ports of
         // `tcp_connect`). Not for a private loopback (`tcp_any`): Landlock's TCP rules
@@ -42,17 +42,17 @@ pub fn apply(plan: &LandlockPlan, kernel_abi: u32) -> Result<LandlockStatus, Set
         // own loopback; its network namespace is what keeps it there.
         ruleset = ruleset
             .handle_access(AccessNet::from_all(abi))
-            .map_err(|e| err("landlock-net", e))?;
+            .map_err(|e| err(Step::LandlockNet, e))?;
     }
     if plan.abi >= 6 {
         // Abstract unix sockets and signals only within this sandbox.
         ruleset = ruleset
             .scope(Scope::from_all(abi))
-            .map_err(|e| err("landlock-scope", e))?;
+            .map_err(|e| err(Step::LandlockScope, e))?;
     }
-    let mut created = ruleset.create().map_err(|e| err("landlock-create", e))?;
+    let mut created = ruleset.create().map_err(|e| err(Step::LandlockCreate, e))?;
     let rule = |path: &std::path::Path, access| -> Result<_, SetupError> {
-        let fd = PathFd::new(path).map_err(|e| err("landlock-path", e))?;
+        let fd = PathFd::new(path).map_err(|e| err(Step::LandlockPath, e))?;
         Ok(PathBeneath::new(fd, access))
     };
     // Execute is granted only beneath the host binds: everywhere else (the writable
@@ -61,33 +61,33 @@ pub fn apply(plan: &LandlockPlan, kernel_abi: u32) -> Result<LandlockStatus, Set
     for dir in &plan.read_dirs {
         created = created
             .add_rule(rule(dir, read)?)
-            .map_err(|e| err("landlock-rule", e))?;
+            .map_err(|e| err(Step::LandlockRule, e))?;
     }
     for dir in &plan.exec_dirs {
         created = created
             .add_rule(rule(dir, AccessFs::from_read(abi))?)
-            .map_err(|e| err("landlock-rule", e))?;
+            .map_err(|e| err(Step::LandlockRule, e))?;
     }
     for dir in &plan.write_dirs {
         created = created
             .add_rule(rule(dir, AccessFs::from_all(abi) & !AccessFs::Execute)?)
-            .map_err(|e| err("landlock-rule", e))?;
+            .map_err(|e| err(Step::LandlockRule, e))?;
     }
     for file in &plan.write_files {
         created = created
             .add_rule(rule(file, AccessFs::ReadFile | AccessFs::WriteFile)?)
-            .map_err(|e| err("landlock-rule", e))?;
+            .map_err(|e| err(Step::LandlockRule, e))?;
     }
     // A package install from an index: TCP connect to these ports only (the server
     // refuses such an install on a kernel below ABI 4, where this could not hold).
     for port in plan.tcp_connect.iter().filter(|_| !plan.tcp_any) {
         created = created
             .add_rule(NetPort::new(*port, AccessNet::ConnectTcp))
-            .map_err(|e| err("landlock-net-rule", e))?;
+            .map_err(|e| err(Step::LandlockNetRule, e))?;
     }
     let status = created
         .restrict_self()
-        .map_err(|e| err("landlock-restrict", e))?;
+        .map_err(|e| err(Step::LandlockRestrict, e))?;
     Ok(match status.ruleset {
         RulesetStatus::FullyEnforced if hard => LandlockStatus::FullyEnforced,
         RulesetStatus::FullyEnforced | RulesetStatus::PartiallyEnforced => {

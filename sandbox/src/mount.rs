@@ -5,7 +5,7 @@
 
 use crate::cgroup::ViewMount;
 use crate::plan::{Layers, MountStep};
-use crate::SetupError;
+use crate::{SetupError, Step};
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use nix::sys::stat::Mode;
 use nix::sys::statvfs::{statvfs, FsFlags};
@@ -19,7 +19,7 @@ fn at(root: &Path, path: &Path) -> PathBuf {
 }
 
 fn mkdir_p(path: &Path) -> Result<(), SetupError> {
-    std::fs::create_dir_all(path).map_err(|e| SetupError::io("mkdir", path, &e))
+    std::fs::create_dir_all(path).map_err(|e| SetupError::io(Step::Mkdir, path, &e))
 }
 
 /// Mount flags that a bind remount must keep: in a user namespace the kernel locks
@@ -28,7 +28,7 @@ fn mkdir_p(path: &Path) -> Result<(), SetupError> {
 /// unit a read-only `/dev`, so a device bind remounted without `MS_RDONLY` was refused
 /// (found by the VM tier). Writing to a device node on a read-only mount still works.
 fn locked_flags(source: &Path) -> Result<MsFlags, SetupError> {
-    let st = statvfs(source).map_err(|e| SetupError::nix("statvfs", source, e))?;
+    let st = statvfs(source).map_err(|e| SetupError::nix(Step::Statvfs, source, e))?;
     let f = st.flags();
     let mut out = MsFlags::empty();
     for (have, keep) in [
@@ -65,7 +65,7 @@ fn bind_ro(source: &Path, target: &Path, extra: MsFlags) -> Result<(), SetupErro
         | MsFlags::MS_NOSUID
         | extra
         | locked_flags(source)?;
-    mount(NONE, target, NONE, flags, NONE).map_err(|e| SetupError::nix("remount-ro", target, e))
+    mount(NONE, target, NONE, flags, NONE).map_err(|e| SetupError::nix(Step::RemountRo, target, e))
 }
 
 /// A template is built as the host's root, where a non-recursive bind of a directory
@@ -73,15 +73,15 @@ fn bind_ro(source: &Path, target: &Path, extra: MsFlags) -> Result<(), SetupErro
 /// job's user namespace the same bind fails (`bind_error`): refuse it here too, so the
 /// job is built on the spot and gets that error rather than more than the host shows.
 fn refuse_covered(source: &Path) -> Result<(), SetupError> {
-    let dir = std::fs::canonicalize(source).map_err(|e| SetupError::io("bind", source, &e))?;
+    let dir = std::fs::canonicalize(source).map_err(|e| SetupError::io(Step::Bind, source, &e))?;
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")
-        .map_err(|e| SetupError::io("read", "/proc/self/mountinfo".as_ref(), &e))?;
+        .map_err(|e| SetupError::io(Step::Read, "/proc/self/mountinfo".as_ref(), &e))?;
     let below = mounts_beneath(&mountinfo, &dir);
     if below.is_empty() {
         return Ok(());
     }
     Err(SetupError::Other {
-        step: "template",
+        step: Step::Template,
         detail: format!("mounts beneath {} ({})", source.display(), below.join(", ")),
     })
 }
@@ -99,7 +99,7 @@ fn bind_error(source: &Path, target: &Path, e: nix::Error) -> SetupError {
             .unwrap_or_default();
         if !below.is_empty() {
             return SetupError::Other {
-                step: "bind",
+                step: Step::Bind,
                 detail: format!(
                     "cannot bind {} read-only: mounts beneath it ({}) are locked in the job's \
                      user namespace, and a non-recursive bind may not uncover them; remove \
@@ -111,7 +111,7 @@ fn bind_error(source: &Path, target: &Path, e: nix::Error) -> SetupError {
             };
         }
     }
-    SetupError::nix("bind", target, e)
+    SetupError::nix(Step::Bind, target, e)
 }
 
 /// Mount points strictly beneath `dir` in `/proc/self/mountinfo` text (field 5; names with
@@ -145,7 +145,7 @@ fn tmpfs(
         flags | MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
         Some(data.as_str()),
     )
-    .map_err(|e| SetupError::nix("tmpfs", target, e))
+    .map_err(|e| SetupError::nix(Step::Tmpfs, target, e))
 }
 
 /// One of the job's writable tmpfs mounts (nosuid, nodev, and noexec unless the plan's
@@ -166,13 +166,13 @@ fn scratch_tmpfs(
         Some(Uid::from_raw(owner.0)),
         Some(Gid::from_raw(owner.1)),
     )
-    .map_err(|e| SetupError::nix("chown", target, e))
+    .map_err(|e| SetupError::nix(Step::Chown, target, e))
 }
 
 /// Bind one file (not recursive) and remount the bind with `flags`.
 fn bind_file(source: &Path, target: &Path, flags: MsFlags) -> Result<(), SetupError> {
     mount(Some(source), target, NONE, MsFlags::MS_BIND, NONE)
-        .map_err(|e| SetupError::nix("bind-file", target, e))?;
+        .map_err(|e| SetupError::nix(Step::BindFile, target, e))?;
     mount(
         NONE,
         target,
@@ -180,14 +180,14 @@ fn bind_file(source: &Path, target: &Path, flags: MsFlags) -> Result<(), SetupEr
         MsFlags::MS_REMOUNT | MsFlags::MS_BIND | flags,
         NONE,
     )
-    .map_err(|e| SetupError::nix("remount-file", target, e))
+    .map_err(|e| SetupError::nix(Step::RemountFile, target, e))
 }
 
 fn placeholder_file(path: &Path) -> Result<(), SetupError> {
     if let Some(parent) = path.parent() {
         mkdir_p(parent)?;
     }
-    std::fs::File::create(path).map_err(|e| SetupError::io("create", path, &e))?;
+    std::fs::File::create(path).map_err(|e| SetupError::io(Step::Create, path, &e))?;
     Ok(())
 }
 
@@ -210,9 +210,9 @@ fn enter_private_tmpfs(
     flags: MsFlags,
 ) -> Result<(), SetupError> {
     mount(NONE, "/", NONE, MsFlags::MS_REC | MsFlags::MS_PRIVATE, NONE)
-        .map_err(|e| SetupError::nix("make-rprivate", Path::new("/"), e))?;
+        .map_err(|e| SetupError::nix(Step::MakeRprivate, Path::new("/"), e))?;
     tmpfs(dir, size, inodes, mode, flags)?;
-    chdir(dir).map_err(|e| SetupError::nix("chdir", dir, e))
+    chdir(dir).map_err(|e| SetupError::nix(Step::Chdir, dir, e))
 }
 
 /// As uid 0 inside: make the job's root tmpfs (owned by that uid) in the anchor and
@@ -221,7 +221,7 @@ pub fn enter_root() -> Result<(), SetupError> {
     let root = Path::new("root");
     mkdir_p(root)?;
     tmpfs(root, 1 << 20, 256, 0o755, MsFlags::empty())?;
-    chdir(root).map_err(|e| SetupError::nix("chdir", root, e))
+    chdir(root).map_err(|e| SetupError::nix(Step::Chdir, root, e))
 }
 
 /// Execute the mount plan in the new root (the working directory), then make the root
@@ -271,7 +271,7 @@ fn populate_as(
                     mkdir_p(parent)?;
                 }
                 std::os::unix::fs::symlink(link, &target)
-                    .map_err(|e| SetupError::io("symlink", &target, &e))?;
+                    .map_err(|e| SetupError::io(Step::Symlink, &target, &e))?;
             }
             MountStep::File { path, contents } => {
                 let target = at(new_root, path);
@@ -279,7 +279,7 @@ fn populate_as(
                     mkdir_p(parent)?;
                 }
                 std::fs::write(&target, contents)
-                    .map_err(|e| SetupError::io("write", &target, &e))?;
+                    .map_err(|e| SetupError::io(Step::Write, &target, &e))?;
             }
             MountStep::Tmpfs {
                 path,
@@ -314,7 +314,7 @@ fn populate_as(
                     MsFlags::MS_BIND | MsFlags::MS_REC,
                     NONE,
                 )
-                .map_err(|e| SetupError::nix("weak-bind-proc", &target, e))?;
+                .map_err(|e| SetupError::nix(Step::WeakBindProc, &target, e))?;
             }
             MountStep::Expose {
                 source,
@@ -328,7 +328,7 @@ fn populate_as(
                 let source = Path::new("..").join(format!("mask-{masks}"));
                 masks += 1;
                 std::fs::write(&source, contents)
-                    .map_err(|e| SetupError::io("write", &source, &e))?;
+                    .map_err(|e| SetupError::io(Step::Write, &source, &e))?;
                 let target = at(new_root, path);
                 let flags = MsFlags::MS_RDONLY
                     | MsFlags::MS_NOSUID
@@ -353,7 +353,7 @@ fn populate_as(
             | MsFlags::MS_NODEV,
         NONE,
     )
-    .map_err(|e| SetupError::nix("remount-root-ro", new_root, e))
+    .map_err(|e| SetupError::nix(Step::RemountRootRo, new_root, e))
 }
 
 /// A mount template (see `vivariumd::spawner::template`): as host root, in a mount namespace of its
@@ -395,9 +395,9 @@ pub fn populate_fresh(
     under: FreshProc,
     layers: &Layers,
 ) -> Result<(), SetupError> {
-    chdir("/").map_err(|e| SetupError::nix("chdir", Path::new("/"), e))?;
+    chdir("/").map_err(|e| SetupError::nix(Step::Chdir, Path::new("/"), e))?;
     let detach = |path: &Path| {
-        umount2(path, MntFlags::MNT_DETACH).map_err(|e| SetupError::nix("umount", path, e))
+        umount2(path, MntFlags::MNT_DETACH).map_err(|e| SetupError::nix(Step::Umount, path, e))
     };
     let mut scratch: Option<&Path> = None;
     for step in steps {
@@ -417,7 +417,7 @@ pub fn populate_fresh(
                 // this namespace (the zygote's): mount it aside, detach the zygote's
                 // (one unmount: it costs an RCU grace period), move the new one in.
                 let dir = scratch.ok_or_else(|| SetupError::Other {
-                    step: "proc",
+                    step: Step::Proc,
                     detail: "no tmpfs before /proc".into(),
                 })?;
                 let aside = dir.join(".vivarium-proc");
@@ -425,23 +425,24 @@ pub fn populate_fresh(
                 proc(&aside, layers)?;
                 detach(path)?;
                 mount(Some(&aside), path, NONE, MsFlags::MS_MOVE, NONE)
-                    .map_err(|e| SetupError::nix("move-proc", path, e))?;
-                std::fs::remove_dir(&aside).map_err(|e| SetupError::io("rmdir", &aside, &e))?;
+                    .map_err(|e| SetupError::nix(Step::MoveProc, path, e))?;
+                std::fs::remove_dir(&aside).map_err(|e| SetupError::io(Step::Rmdir, &aside, &e))?;
             }
             MountStep::Mask { path, contents } => {
                 let dir = scratch.ok_or_else(|| SetupError::Other {
-                    step: "mask",
+                    step: Step::Mask,
                     detail: "no tmpfs before the mask".into(),
                 })?;
                 let source = dir.join(".vivarium-mask");
                 std::fs::write(&source, contents)
-                    .map_err(|e| SetupError::io("write", &source, &e))?;
+                    .map_err(|e| SetupError::io(Step::Write, &source, &e))?;
                 let flags = MsFlags::MS_RDONLY
                     | MsFlags::MS_NOSUID
                     | MsFlags::MS_NODEV
                     | MsFlags::MS_NOEXEC;
                 let bound = bind_file(&source, path, flags);
-                std::fs::remove_file(&source).map_err(|e| SetupError::io("unlink", &source, &e))?;
+                std::fs::remove_file(&source)
+                    .map_err(|e| SetupError::io(Step::Unlink, &source, &e))?;
                 bound?;
             }
             // (Never in a fresh namespace: a plan with these is built on the spot.)
@@ -471,7 +472,7 @@ pub fn cgroup_view(view: &[ViewMount]) -> Result<(), SetupError> {
             MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
             data,
         )
-        .map_err(|e| SetupError::nix("cgroup-view", &m.path, e))?;
+        .map_err(|e| SetupError::nix(Step::CgroupView, &m.path, e))?;
     }
     Ok(())
 }
@@ -491,7 +492,7 @@ fn proc(target: &Path, layers: &Layers) -> Result<(), SetupError> {
         MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
         Some(hidepid),
     )
-    .map_err(|e| SetupError::nix("proc", target, e))
+    .map_err(|e| SetupError::nix(Step::Proc, target, e))
 }
 
 /// `MountStep::Expose`: bind the host path `source` at `target` (read-only unless
@@ -506,12 +507,12 @@ fn expose(source: &Path, target: &Path, writable: bool) -> Result<(), SetupError
                 mkdir_p(parent)?;
             }
             std::fs::File::create(target)
-                .map_err(|err| SetupError::io("weak-create", target, &err))?;
+                .map_err(|err| SetupError::io(Step::WeakCreate, target, &err))?;
         }
     }
     if writable {
         mount(Some(source), target, NONE, MsFlags::MS_BIND, NONE)
-            .map_err(|err| SetupError::nix("weak-expose", target, err))
+            .map_err(|err| SetupError::nix(Step::WeakExpose, target, err))
     } else {
         bind_ro(source, target, MsFlags::MS_NODEV)
     }
@@ -522,9 +523,10 @@ fn expose(source: &Path, target: &Path, writable: bool) -> Result<(), SetupError
 /// a lazy unmount of "." removes it (as firecracker's jailer and runc do).
 pub fn pivot() -> Result<(), SetupError> {
     let here = Path::new(".");
-    pivot_root(".", ".").map_err(|e| SetupError::nix("pivot_root", here, e))?;
-    umount2(".", MntFlags::MNT_DETACH).map_err(|e| SetupError::nix("umount-old-root", here, e))?;
-    chdir("/").map_err(|e| SetupError::nix("chdir", Path::new("/"), e))
+    pivot_root(".", ".").map_err(|e| SetupError::nix(Step::PivotRoot, here, e))?;
+    umount2(".", MntFlags::MNT_DETACH)
+        .map_err(|e| SetupError::nix(Step::UmountOldRoot, here, e))?;
+    chdir("/").map_err(|e| SetupError::nix(Step::Chdir, Path::new("/"), e))
 }
 
 /// Write the script where the payload will find it, owned by the sandbox user.
@@ -536,15 +538,15 @@ pub fn write_script(path: &Path, code: &[u8], owner: (u32, u32)) -> Result<(), S
         .create_new(true)
         .mode(Mode::from_bits_truncate(0o600).bits())
         .open(path)
-        .map_err(|e| SetupError::io("create-script", path, &e))?;
+        .map_err(|e| SetupError::io(Step::CreateScript, path, &e))?;
     f.write_all(code)
-        .map_err(|e| SetupError::io("write-script", path, &e))?;
+        .map_err(|e| SetupError::io(Step::WriteScript, path, &e))?;
     chown(
         path,
         Some(Uid::from_raw(owner.0)),
         Some(Gid::from_raw(owner.1)),
     )
-    .map_err(|e| SetupError::nix("chown", path, e))
+    .map_err(|e| SetupError::nix(Step::Chown, path, e))
 }
 
 #[cfg(test)]

@@ -53,7 +53,7 @@ impl From<&crate::SetupError> for Failure {
             detail.push_str("...");
         }
         Failure {
-            step: e.step().to_owned(),
+            step: e.step().as_str().to_owned(),
             detail,
             errno,
         }
@@ -96,7 +96,7 @@ mod tests {
     fn a_long_failure_still_fits_in_one_message() {
         let long = std::path::PathBuf::from(format!("/{}", "é".repeat(4000)));
         let err = crate::SetupError::io(
-            "mkdir",
+            crate::Step::Mkdir,
             &long,
             &std::io::Error::from_raw_os_error(libc::ENAMETOOLONG),
         );

@@ -1,7 +1,7 @@
 //! rlimit layer: per-process limits that back up the cgroup limits.
 
 use crate::plan::RlimitPlan;
-use crate::SetupError;
+use crate::{SetupError, Step};
 use nix::sys::resource::{setrlimit, Resource};
 
 /// No core dumps; a cap on open files and on the size of any file written; the job's
@@ -9,16 +9,20 @@ use nix::sys::resource::{setrlimit, Resource};
 /// signals, POSIX message queue bytes, locked memory).
 pub fn apply(plan: &RlimitPlan) -> Result<(), SetupError> {
     for (step, res, value) in [
-        ("rlimit-core", Resource::RLIMIT_CORE, 0),
-        ("rlimit-nofile", Resource::RLIMIT_NOFILE, plan.nofile),
-        ("rlimit-fsize", Resource::RLIMIT_FSIZE, plan.fsize),
+        (Step::RlimitCore, Resource::RLIMIT_CORE, 0),
+        (Step::RlimitNofile, Resource::RLIMIT_NOFILE, plan.nofile),
+        (Step::RlimitFsize, Resource::RLIMIT_FSIZE, plan.fsize),
         (
-            "rlimit-sigpending",
+            Step::RlimitSigpending,
             Resource::RLIMIT_SIGPENDING,
             plan.sigpending,
         ),
-        ("rlimit-msgqueue", Resource::RLIMIT_MSGQUEUE, plan.msgqueue),
-        ("rlimit-memlock", Resource::RLIMIT_MEMLOCK, plan.memlock),
+        (
+            Step::RlimitMsgqueue,
+            Resource::RLIMIT_MSGQUEUE,
+            plan.msgqueue,
+        ),
+        (Step::RlimitMemlock, Resource::RLIMIT_MEMLOCK, plan.memlock),
     ] {
         setrlimit(res, value, value).map_err(|e| SetupError::errno(step, e))?;
     }
@@ -27,18 +31,18 @@ pub fn apply(plan: &RlimitPlan) -> Result<(), SetupError> {
         // second later for a process that ignores it.
         for (step, res, soft, hard) in [
             (
-                "rlimit-as",
+                Step::RlimitAs,
                 Resource::RLIMIT_AS,
                 f.address_space,
                 f.address_space,
             ),
             (
-                "rlimit-cpu",
+                Step::RlimitCpu,
                 Resource::RLIMIT_CPU,
                 f.cpu_seconds,
                 f.cpu_seconds + 1,
             ),
-            ("rlimit-nproc", Resource::RLIMIT_NPROC, f.nproc, f.nproc),
+            (Step::RlimitNproc, Resource::RLIMIT_NPROC, f.nproc, f.nproc),
         ] {
             setrlimit(res, soft, hard).map_err(|e| SetupError::errno(step, e))?;
         }

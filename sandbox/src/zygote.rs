@@ -38,7 +38,7 @@ use crate::plan::{
 };
 use crate::report::{encode, Failure, InitMsg, PayloadMsg};
 use crate::sys;
-use crate::{mount, rlimit, SetupError};
+use crate::{mount, rlimit, SetupError, Step};
 use nix::sched::CloneFlags;
 use nix::sys::socket::MsgFlags;
 use nix::unistd::Pid;
@@ -129,7 +129,7 @@ fn fail(status: &std::fs::File, e: &SetupError) -> ! {
 }
 
 fn pipe() -> Result<(OwnedFd, OwnedFd), SetupError> {
-    nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| SetupError::errno("pipe", e))
+    nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| SetupError::errno(Step::Pipe, e))
 }
 
 /// What the interpreter does around a fork (`os.fork`'s brackets), for the forks
@@ -290,7 +290,7 @@ fn fork_job(plan: &mut [u8], in_init: impl FnOnce() -> Vec<OwnedFd>) -> std::io:
         }
         Err(e) => fail(
             &state.status,
-            &SetupError::io("fork", "payload".as_ref(), &e),
+            &SetupError::io(Step::Fork, "payload".as_ref(), &e),
         ),
     }
 }
@@ -348,7 +348,7 @@ fn job_prepare(plan: &mut [u8], fds: Vec<OwnedFd>) -> JobState {
         fail(
             &status,
             &SetupError::Other {
-                step: "close_range",
+                step: Step::CloseRange,
                 detail: "cannot close the zygote's fds".into(),
             },
         );
@@ -359,7 +359,7 @@ fn job_prepare(plan: &mut [u8], fds: Vec<OwnedFd>) -> JobState {
             prepared,
             status: status
                 .try_clone()
-                .map_err(|e| SetupError::io("dup", "status".as_ref(), &e))?,
+                .map_err(|e| SetupError::io(Step::Dup, "status".as_ref(), &e))?,
             stdio: [stdin, stdout, stderr],
             userns: pipe()?,
             mapped: pipe()?,
@@ -376,11 +376,11 @@ fn prepare(encoded: &mut [u8], attach: &[OwnedFd]) -> Result<(JobPlan, Prepared)
     let plan: Option<JobPlan> = crate::ipc::decode(encoded);
     encoded.fill(0);
     let plan = plan.ok_or(SetupError::Other {
-        step: "zygote-plan",
+        step: Step::ZygotePlan,
         detail: "the job's plan does not decode".into(),
     })?;
     let prepared = Prepared::new(&plan).map_err(|e| SetupError::Other {
-        step: "prepare",
+        step: Step::Prepare,
         detail: e.to_string(),
     })?;
     // The cgroup first, so that everything below is charged to the job; then check that
@@ -388,23 +388,23 @@ fn prepare(encoded: &mut [u8], attach: &[OwnedFd]) -> Result<(JobPlan, Prepared)
     // a job never runs in the zygote's).
     crate::init::attach_self(attach, &format!("job-{}", plan.job_id))?;
     // The payload's host uid differs from ours, and we stay out of its reach anyway.
-    sys::set_dumpable(false).map_err(|e| SetupError::io("dumpable", "/".as_ref(), &e))?;
+    sys::set_dumpable(false).map_err(|e| SetupError::io(Step::Dumpable, "/".as_ref(), &e))?;
     // A time namespace of its own, clocks near zero, for the payload this init forks
     // (a fork, not a CLONE_VM child: it may enter another time namespace).
     if plan.time_ns {
         crate::timens::unshare_near_zero()
-            .map_err(|e| SetupError::io("time-ns", "/proc/self/timens_offsets".as_ref(), &e))?;
+            .map_err(|e| SetupError::io(Step::TimeNs, "/proc/self/timens_offsets".as_ref(), &e))?;
     }
     let flags = CloneFlags::CLONE_NEWNS
         | CloneFlags::CLONE_NEWIPC
         | CloneFlags::CLONE_NEWUTS
         | CloneFlags::CLONE_NEWCGROUP
         | CloneFlags::CLONE_NEWNET;
-    nix::sched::unshare(flags).map_err(|e| SetupError::errno("unshare", e))?;
+    nix::sched::unshare(flags).map_err(|e| SetupError::errno(Step::Unshare, e))?;
     // The job's private loopback, in the network namespace just made (ours: the zygote's
     // user namespace owns it; the payload's own user namespace gets no say over it).
     if plan.network.loopback() {
-        sys::loopback_up().map_err(|e| SetupError::io("loopback", "lo".as_ref(), &e))?;
+        sys::loopback_up().map_err(|e| SetupError::io(Step::Loopback, "lo".as_ref(), &e))?;
     }
     // The job's fresh mounts belong to the ids its payload's uid and gid map to.
     let ids = job_ids(&plan)?;
@@ -417,7 +417,8 @@ fn prepare(encoded: &mut [u8], attach: &[OwnedFd]) -> Result<(JobPlan, Prepared)
     // The job's own cgroup, read-only, in the cgroup namespace just made (rooted at the
     // job's cgroup, which we joined first); on the zygote's empty mount points.
     mount::cgroup_view(&plan.cgroup_view)?;
-    nix::unistd::sethostname(&plan.hostname).map_err(|e| SetupError::errno("sethostname", e))?;
+    nix::unistd::sethostname(&plan.hostname)
+        .map_err(|e| SetupError::errno(Step::Sethostname, e))?;
     rlimit::apply(&plan.rlimits)?;
     Ok((plan, prepared))
 }
@@ -429,7 +430,7 @@ fn job_ids(plan: &JobPlan) -> Result<u32, SetupError> {
     (plan.kind.forked_slot())
         .and_then(|slot| ZYGOTE_JOB_IDS.checked_add(slot))
         .ok_or(SetupError::Other {
-            step: "ids",
+            step: Step::Ids,
             detail: "a zygote job's plan has no id slot".into(),
         })
 }
@@ -466,7 +467,7 @@ fn job_init(state: JobState, payload: i32) -> ! {
         };
         if let Err(e) = maps() {
             let _ = nix::sys::signal::kill(payload, nix::sys::signal::Signal::SIGKILL);
-            fail(&status, &SetupError::io("uid_map", "/proc".as_ref(), &e));
+            fail(&status, &SetupError::io(Step::UidMap, "/proc".as_ref(), &e));
         }
         let _ = std::fs::File::from(mapped_w).write_all(&[1]);
     } else {
@@ -510,14 +511,14 @@ fn payload(
     exec_w: &OwnedFd,
 ) -> Result<(), SetupError> {
     nix::sched::unshare(CloneFlags::CLONE_NEWUSER)
-        .map_err(|e| SetupError::errno("unshare-user", e))?;
+        .map_err(|e| SetupError::errno(Step::UnshareUser, e))?;
     std::fs::File::from(userns_w)
         .write_all(&[1])
-        .map_err(|e| SetupError::io("sync", "pipe".as_ref(), &e))?;
+        .map_err(|e| SetupError::io(Step::Sync, "pipe".as_ref(), &e))?;
     let mut byte = [0u8; 1];
     if std::fs::File::from(mapped_r).read(&mut byte).ok() != Some(1) {
         return Err(SetupError::Other {
-            step: "uid_map",
+            step: Step::UidMap,
             detail: "init did not map the payload's user namespace".into(),
         });
     }
