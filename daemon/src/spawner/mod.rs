@@ -6,6 +6,7 @@
 //! and the deadlines (wall clock, and CPU time sampled from the job's cgroup).
 
 mod log;
+mod ns;
 mod template;
 mod zygote;
 
@@ -14,6 +15,7 @@ use nix::fcntl::OFlag;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::socket::{send, MsgFlags};
 use nix::unistd::Pid;
+use ns::{NsGuard, NsKind};
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::PathBuf;
@@ -131,16 +133,14 @@ impl SpareNet {
                 self.host = None;
                 return;
             }
+            let back = NsGuard::away(host, NsKind::Net);
             let made = (|| {
                 if loopback {
                     sys::loopback_up()?;
                 }
                 open_ns("/proc/self/ns/net")
             })();
-            if let Err(e) = nix::sched::setns(host, nix::sched::CloneFlags::CLONE_NEWNET) {
-                eprintln!("vivariumd spawner: cannot return to its network namespace: {e}");
-                sys::exit_now(1);
-            }
+            back.leave(None);
             match made {
                 Ok(fd) => self.spare[usize::from(loopback)] = Some(fd),
                 Err(_) => self.host = None,
@@ -166,6 +166,7 @@ impl SpareNet {
             ));
         };
         nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)?;
+        let back = NsGuard::away(host, NsKind::Net);
         let made = (|| {
             sys::loopback_up()?;
             let listener = std::net::TcpListener::bind((
@@ -174,12 +175,110 @@ impl SpareNet {
             ))?;
             Ok((open_ns("/proc/self/ns/net")?, listener))
         })();
-        if let Err(e) = nix::sched::setns(host, nix::sched::CloneFlags::CLONE_NEWNET) {
-            eprintln!("vivariumd spawner: cannot return to its network namespace: {e}");
-            sys::exit_now(1);
-        }
+        back.leave(None);
         made
     }
+
+    /// S3 and S3e: join the network namespace `plan`'s init is to be cloned into, for
+    /// the clone: for an egress plan one made now (its proxy listener is returned), else
+    /// the spare of the plan's kind when the plan wants a new namespace the spawner may
+    /// make. No guard: the clone makes the job's own (`CLONE_NEWNET`), or the plan has
+    /// none; an egress plan fails instead (its only way out would be missing).
+    fn join(
+        &mut self,
+        plan: &JobPlan,
+    ) -> Result<(Option<NsGuard<'_>>, Option<std::net::TcpListener>), Failure> {
+        let ns = &plan.layers.namespaces;
+        let egress_plan = plan.network == NetworkPlan::Egress;
+        let (target, listener) = if egress_plan {
+            let (target, listener) = self.egress().map_err(|e| os_fail("egress-netns", e))?;
+            (Some(target), Some(listener))
+        } else if ns.net && ns.net_spare {
+            (self.take(plan.network), None)
+        } else {
+            (None, None)
+        };
+        let (Some(target), Some(host)) = (target, self.host.as_ref()) else {
+            return Ok((None, listener));
+        };
+        match NsGuard::enter(host, NsKind::Net, &target) {
+            Ok(guard) => Ok((Some(guard), listener)),
+            Err(e) if egress_plan => Err(os_fail("egress-setns", e.into())),
+            Err(_) => Ok((None, listener)),
+        }
+    }
+}
+
+/// A setup step of the spawner's that failed.
+fn fail(step: &str, detail: String) -> Failure {
+    Failure {
+        step: step.into(),
+        detail,
+        errno: 0,
+    }
+}
+
+/// A setup step of the spawner's that failed with an OS error.
+fn os_fail(step: &str, e: std::io::Error) -> Failure {
+    Failure {
+        step: step.into(),
+        detail: e.to_string(),
+        errno: e.raw_os_error().unwrap_or(0),
+    }
+}
+
+/// Kill a cloned init that will not become a job, and reap it.
+fn kill_and_reap(pid: Pid, pidfd: &OwnedFd) {
+    let _ = sys::pidfd_send_signal(pidfd.as_fd(), libc::SIGKILL);
+    let _ = nix::sys::wait::waitpid(pid, None);
+}
+
+/// S2: a cold job's pipes, all close-on-exec: `sync` (one byte from the spawner once the
+/// maps exist; its write end then stays open as init's lifeline), `status` (init's
+/// messages, read without blocking) and, on cgroup v1, `attach` (where init gets its
+/// cgroup's files, S5). Each pair is (init's end, the spawner's end).
+struct Pipes {
+    sync: (OwnedFd, OwnedFd),
+    status: (OwnedFd, OwnedFd),
+    attach: Option<(OwnedFd, OwnedFd)>,
+}
+
+impl Pipes {
+    fn new(late: bool) -> Result<Pipes, Failure> {
+        let pipe = || nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| os_fail("pipe", e.into()));
+        let sync = pipe()?;
+        let (status_r, status_w) = pipe()?;
+        nix::fcntl::fcntl(&status_r, nix::fcntl::FcntlArg::F_SETFL(OFlag::O_NONBLOCK))
+            .map_err(|e| os_fail("fcntl", e.into()))?;
+        let attach = if late {
+            let (a, b) = nix::sys::socket::socketpair(
+                nix::sys::socket::AddressFamily::Unix,
+                nix::sys::socket::SockType::SeqPacket,
+                None,
+                nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+            )
+            .map_err(|e| os_fail("socketpair", e.into()))?;
+            Some((b, a))
+        } else {
+            None
+        };
+        Ok(Pipes {
+            sync,
+            status: (status_w, status_r),
+            attach,
+        })
+    }
+}
+
+/// A cold job's cloned init, and the spawner's ends of its pipes.
+struct Cloned {
+    pid: Pid,
+    pidfd: OwnedFd,
+    status: std::fs::File,
+    /// `sync`'s write end, kept open for the job's lifetime.
+    lifeline: std::fs::File,
+    /// cgroup v1: where init's cgroup goes (S5).
+    attach: Option<OwnedFd>,
 }
 
 /// The line of a zygote's uid and gid maps that gives its forked jobs ids of their own:
@@ -653,24 +752,48 @@ impl Spawner {
         at.map(|k| self.slot_wait.remove(k)).is_some()
     }
 
-    /// A cold start: an id slot, a cgroup, clone3 into new namespaces; `extra` fds go to
-    /// the payload as fds 3, 4, ... (a zygote's).
+    /// A cold start: the spawner's steps of the setup order, in turn (S1 to S5,
+    /// docs/ARCHITECTURE.md "Setup order"); `extra` fds go to the payload as fds 3, 4, ...
+    /// (a zygote's). On error nothing of the job is left behind.
     fn build_job(
         &mut self,
         plan: JobPlan,
         stdio: [OwnedFd; 4],
         extra: Vec<OwnedFd>,
     ) -> Result<Job, Failure> {
-        let fail = |step: &str, detail: String| Failure {
-            step: step.into(),
-            detail,
-            errno: 0,
-        };
         let prepared = Prepared::new(&plan).map_err(|e| fail("prepare", e.to_string()))?;
+        // S1: an id slot (the host ids of the job's user namespace).
         let slot = self
             .free_slots
             .pop()
             .ok_or_else(|| fail("slot", "no free id slot".into()))?;
+        match self.start_in_slot(&plan, &prepared, slot, stdio, extra) {
+            Ok((init, cgroup)) => Ok(self.new_job(
+                &plan,
+                init.pid,
+                init.pidfd,
+                init.status,
+                cgroup,
+                Some(slot),
+                Some(init.lifeline),
+            )),
+            Err(f) => {
+                self.free_slots.push(slot);
+                Err(f)
+            }
+        }
+    }
+
+    /// [`Self::build_job`] once the job holds id slot `slot` (the caller gives it back if
+    /// this fails): the cgroup (S1 on v2, S5 on v1) around [`Self::start_init`].
+    fn start_in_slot(
+        &mut self,
+        plan: &JobPlan,
+        prepared: &Prepared,
+        slot: u32,
+        stdio: [OwnedFd; 4],
+        extra: Vec<OwnedFd>,
+    ) -> Result<(Cloned, Option<JobCgroup>), Failure> {
         let limits = Limits {
             memory_bytes: plan.cgroup.memory_bytes,
             pids: plan.cgroup.pids,
@@ -689,55 +812,73 @@ impl Spawner {
             .cgroups
             .as_ref()
             .is_some_and(|cg| cg.version() == Version::V1);
-        let cgroup = match self
-            .cgroups
-            .as_ref()
+        // S1 (v2): the job's cgroup with its limits, in force before the job's first
+        // instruction.
+        let cgroup = (self.cgroups.as_ref())
             .filter(|_| !late)
             .map(|cg| cg.create_job(&name, &limits))
+            .transpose()
+            .map_err(|e| fail("cgroup", error_chain(&e)))?;
+        // S2 to S4.
+        let init = match self.start_init(plan, prepared, cgroup.as_ref(), slot, stdio, extra, late)
         {
-            None => None,
-            Some(Ok(c)) => Some(c),
-            Some(Err(e)) => {
-                self.free_slots.push(slot);
-                return Err(fail("cgroup", error_chain(&e)));
-            }
-        };
-        let result = self.clone_job(&plan, &prepared, cgroup.as_ref(), slot, stdio, extra, late);
-        match result {
-            Ok((pid, pidfd, status, lifeline, attach)) => {
-                let cgroup = match attach {
-                    None => cgroup,
-                    Some(sock) => match self.late_cgroup(&name, &limits, &sock) {
-                        Ok(cg) => Some(cg),
-                        Err(f) => {
-                            let _ = sys::pidfd_send_signal(pidfd.as_fd(), libc::SIGKILL);
-                            let _ = nix::sys::wait::waitpid(pid, None);
-                            self.free_slots.push(slot);
-                            // Init may have failed first (a bind refused at once): its
-                            // report is the cause; the hand-off only found it gone.
-                            return Err(init_failure(&status).unwrap_or(f));
-                        }
-                    },
-                };
-                Ok(self.new_job(
-                    &plan,
-                    pid,
-                    pidfd,
-                    status,
-                    cgroup,
-                    Some(slot),
-                    Some(lifeline),
-                ))
-            }
+            Ok(init) => init,
             Err(f) => {
                 if let Some(cg) = cgroup {
                     let _ = cg.kill_all();
                     let _ = cg.remove();
                 }
-                self.free_slots.push(slot);
-                Err(f)
+                return Err(f);
+            }
+        };
+        // S5 (v1): the job's cgroup, made while init builds the root; init moves itself in.
+        let cgroup = match &init.attach {
+            None => cgroup,
+            Some(sock) => match self.late_cgroup(&name, &limits, sock) {
+                Ok(cg) => Some(cg),
+                Err(f) => {
+                    kill_and_reap(init.pid, &init.pidfd);
+                    // Init may have failed first (a bind refused at once): its report is
+                    // the cause; the hand-off only found it gone.
+                    return Err(init_failure(&init.status).unwrap_or(f));
+                }
+            },
+        };
+        Ok((init, cgroup))
+    }
+
+    /// S2 to S4: the job's pipes, its init cloned into the job's namespaces (and, on v2,
+    /// its cgroup), an egress plan's listener handed to the server, the id maps written
+    /// and the go given. `late`: the cgroup comes after (cgroup v1, S5).
+    #[allow(clippy::too_many_arguments)]
+    fn start_init(
+        &mut self,
+        plan: &JobPlan,
+        prepared: &Prepared,
+        cgroup: Option<&JobCgroup>,
+        slot: u32,
+        stdio: [OwnedFd; 4],
+        extra: Vec<OwnedFd>,
+        late: bool,
+    ) -> Result<Cloned, Failure> {
+        // S2
+        let pipes = Pipes::new(late)?;
+        // S3, S3e, S3t, S3a
+        let (init, egress) = self.clone_init(plan, prepared, cgroup, pipes, stdio, extra, late)?;
+        // S3e: before any other message about the job, so the proxy is up by the time
+        // the payload can connect (the listener queues connections until then anyway).
+        if let Some(listener) = egress {
+            if let Err(e) = self.send_egress(plan.job_id, &listener) {
+                kill_and_reap(init.pid, &init.pidfd);
+                return Err(os_fail("egress-listener", e));
             }
         }
+        // S4
+        if let Err(e) = self.write_id_maps(init.pid, slot, plan.kind.is_zygote(), &init.lifeline) {
+            kill_and_reap(init.pid, &init.pidfd);
+            return Err(os_fail("uid_map", e));
+        }
+        Ok(init)
     }
 
     /// cgroup v1, after the clone: make the job's cgroup (directories and limits) while
@@ -839,133 +980,66 @@ impl Spawner {
         }
     }
 
-    /// Clone the job's init. `late`: its cgroup comes after the clone (cgroup v1, see
-    /// [`Spawner::late_cgroup`]); the socket to send it on is returned.
-    #[allow(clippy::too_many_arguments, clippy::type_complexity)]
-    fn clone_job(
+    /// S3: clone the job's init into its namespaces, the spawner in the job's network
+    /// namespace (S3/S3e), its children's time namespace (S3t) and its mount template
+    /// (S3a) just around the `clone3`, each through an [`NsGuard`]. Returns the init and
+    /// an egress plan's listener.
+    #[allow(clippy::too_many_arguments)]
+    fn clone_init(
         &mut self,
         plan: &JobPlan,
         prepared: &Prepared,
         cgroup: Option<&JobCgroup>,
-        slot: u32,
+        pipes: Pipes,
         [code, stdin, stdout, stderr]: [OwnedFd; 4],
         extra: Vec<OwnedFd>,
         late: bool,
-    ) -> Result<(Pid, OwnedFd, std::fs::File, std::fs::File, Option<OwnedFd>), Failure> {
-        let os = |step: &str, e: std::io::Error| Failure {
-            step: step.into(),
-            detail: e.to_string(),
-            errno: e.raw_os_error().unwrap_or(0),
-        };
-        let (sync_r, sync_w) =
-            nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| os("pipe", e.into()))?;
-        let (status_r, status_w) =
-            nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| os("pipe", e.into()))?;
-        nix::fcntl::fcntl(&status_r, nix::fcntl::FcntlArg::F_SETFL(OFlag::O_NONBLOCK))
-            .map_err(|e| os("fcntl", e.into()))?;
-        let (attach_parent, attach_child) = if late {
-            let (a, b) = nix::sys::socket::socketpair(
-                nix::sys::socket::AddressFamily::Unix,
-                nix::sys::socket::SockType::SeqPacket,
-                None,
-                nix::sys::socket::SockFlag::SOCK_CLOEXEC,
-            )
-            .map_err(|e| os("socketpair", e.into()))?;
-            (Some(a), Some(b))
-        } else {
-            (None, None)
-        };
+    ) -> Result<(Cloned, Option<std::net::TcpListener>), Failure> {
+        let Pipes {
+            sync: (sync_r, sync_w),
+            status: (status_w, status_r),
+            attach,
+        } = pipes;
+        let (attach_child, attach_parent) = attach.unzip();
         // The spawner never leaves its own cgroup: on v2 the child is cloned into the
         // job's (`CLONE_INTO_CGROUP`), on v1 it moves itself in later (`late`).
         debug_assert!(cgroup.is_none_or(|c| c.dir_fd().is_some()));
-        let ns = &plan.layers.namespaces;
-        let when = |on: bool, flag: libc::c_int| if on { flag } else { 0 };
-        let mut flags = libc::CLONE_NEWUSER
-            | libc::CLONE_NEWNS
-            | when(ns.pid, libc::CLONE_NEWPID)
-            | when(ns.net, libc::CLONE_NEWNET)
-            | libc::CLONE_NEWIPC
-            | when(ns.uts, libc::CLONE_NEWUTS)
-            | when(ns.cgroup, libc::CLONE_NEWCGROUP);
-        if late {
-            // Init makes its cgroup namespace once it is in the job's cgroup.
-            flags &= !libc::CLONE_NEWCGROUP;
-        }
         // The job's network namespace: for an egress plan one made now (`lo` up, the
         // proxy's listener in it), else the spare when the job wants a new one (see
-        // SpareNet). The spawner is in it only around the clone3.
-        let mut egress = None;
-        let egress_plan = plan.network == NetworkPlan::Egress;
-        let target_net = if egress_plan {
-            let (ns, listener) = self.net.egress().map_err(|e| os("egress-netns", e))?;
-            egress = Some(listener);
-            Some(ns)
-        } else if flags & libc::CLONE_NEWNET != 0 && ns.net_spare {
-            self.net.take(plan.network)
-        } else {
-            None
-        };
-        let mut in_spare = false;
-        if let Some(ns) = &target_net {
-            match nix::sched::setns(ns, nix::sched::CloneFlags::CLONE_NEWNET) {
-                Ok(()) => {
-                    flags &= !libc::CLONE_NEWNET;
-                    in_spare = true;
-                }
-                // Its only way out would be missing: never run it elsewhere.
-                Err(e) if egress_plan => return Err(os("egress-setns", e.into())),
-                Err(_) => {}
-            }
-        }
+        // SpareNet).
+        let (net, egress) = self.net.join(plan)?;
+        let flags = ns::clone_flags(&plan.layers.namespaces, late, net.is_some());
         // A time namespace of its own for the job, its clocks near zero (S3t, see
-        // `vivarium_sandbox::timens`): made for the spawner's children just before the clone, so
-        // init is born in it; the spawner's own clocks never change.
-        let timed = self.time_home.is_some()
-            && ns.time
-            && vivarium_sandbox::timens::unshare_near_zero().is_ok();
-        if !timed {
-            self.leave_time_ns(None);
-        }
-        // The job's mount namespace as a copy of its plan's template (see `template`);
-        // the spawner is in the template's namespace only around the clone3.
-        let on_template = !plan.kind.is_zygote() && self.templates.enter(plan);
+        // `vivarium_sandbox::timens`): made for the spawner's children just before the
+        // clone, so init is born in it; the spawner's own clocks never change.
+        let time = match (&self.time_home, plan.layers.namespaces.time) {
+            (Some(home), true) => {
+                let made = vivarium_sandbox::timens::unshare_near_zero();
+                let guard = NsGuard::away(home, NsKind::Time);
+                match made {
+                    Ok(()) => Some(guard),
+                    Err(_) => {
+                        guard.leave(None);
+                        None
+                    }
+                }
+            }
+            _ => None,
+        };
+        self.timed = time.is_some();
+        // The job's mount namespace as a copy of its plan's template (see `template`).
+        let template = match plan.kind.is_zygote() {
+            true => None,
+            false => self.templates.enter(plan),
+        };
+        let on_template = template.is_some();
         // SAFETY: the spawner is single-threaded (its own process, one poll loop, no
         // threads started), so the child's copy holds no lock another thread took.
         #[allow(unsafe_code)]
         let forked = unsafe { sys::clone3(flags, cgroup.and_then(|c| c.dir_fd())) };
-        if timed && !matches!(forked, Ok(sys::Forked::Child)) {
-            self.leave_time_ns(forked.as_ref().ok());
-        }
-        self.timed = timed;
-        if on_template && !matches!(forked, Ok(sys::Forked::Child)) {
-            if let Err(e) = self.templates.leave() {
-                // Every later job would be cloned from the template's copy: fail closed.
-                eprintln!("vivariumd spawner: cannot return to its mount namespace: {e}");
-                if let Ok(sys::Forked::Parent { pidfd, .. }) = &forked {
-                    let _ = sys::pidfd_send_signal(pidfd.as_fd(), libc::SIGKILL);
-                }
-                sys::exit_now(1);
-            }
-        }
-        if in_spare && !matches!(forked, Ok(sys::Forked::Child)) {
-            let back = self
-                .net
-                .host
-                .as_ref()
-                .map_or(Err(nix::Error::EBADF), |host| {
-                    nix::sched::setns(host, nix::sched::CloneFlags::CLONE_NEWNET)
-                });
-            if let Err(e) = back {
-                // Every later job would share this namespace: fail closed.
-                eprintln!("vivariumd spawner: cannot return to its network namespace: {e}");
-                if let Ok(sys::Forked::Parent { pidfd, .. }) = &forked {
-                    let _ = sys::pidfd_send_signal(pidfd.as_fd(), libc::SIGKILL);
-                }
-                sys::exit_now(1);
-            }
-        }
-        let (pid, pidfd) = match forked.map_err(|e| os("clone3", e))? {
-            sys::Forked::Child => init::run(InitArgs {
+        let (pid, pidfd) = match forked {
+            // (It never returns: the guards stay, it was born in their namespaces.)
+            Ok(sys::Forked::Child) => init::run(InitArgs {
                 plan,
                 prepared,
                 new_root: self.config.state_dir.join("root"),
@@ -983,20 +1057,14 @@ impl Spawner {
                     attach: attach_child,
                 },
             }),
-            sys::Forked::Parent { pid, pidfd } => (Pid::from_raw(pid), pidfd),
+            Ok(sys::Forked::Parent { pid, pidfd }) => (Pid::from_raw(pid), pidfd),
+            // (The guards take the spawner back as they drop.)
+            Err(e) => return Err(os_fail("clone3", e)),
         };
-        if let Some(listener) = egress {
-            // Before any other message about the job: the proxy is up by the time the
-            // payload can connect (the listener queues connections until then anyway).
-            let msg = ipc::encode(&FromSpawner::Egress {
-                job_id: plan.job_id,
-                listener: Default::default(),
-            });
-            if let Err(e) = sys::send_with_fds(self.link.as_fd(), &msg, &[listener.as_fd()]) {
-                let _ = sys::pidfd_send_signal(pidfd.as_fd(), libc::SIGKILL);
-                let _ = nix::sys::wait::waitpid(pid, None);
-                return Err(os("egress-listener", e));
-            }
+        // Back to the spawner's own namespaces: else every later job would share the
+        // job's, so the child is killed and the spawner exits (fail closed).
+        for guard in [time, template, net].into_iter().flatten() {
+            guard.leave(Some(&pidfd));
         }
         drop((
             sync_r,
@@ -1008,62 +1076,60 @@ impl Spawner {
             extra,
             attach_child,
         ));
-        let lifeline = std::fs::File::from(sync_w);
-        let write_maps = || -> std::io::Result<()> {
-            let (uid_map, gid_map) = if self.config.rootless {
-                // An unprivileged writer may map only its own ids, one line each, and
-                // only after giving up setgroups in the new namespace.
-                std::fs::write(format!("/proc/{pid}/setgroups"), "deny")?;
-                let (uid, gid) = (nix::unistd::geteuid(), nix::unistd::getegid());
-                (
-                    format!("{SANDBOX_UID} {uid} 1\n"),
-                    format!("{SANDBOX_GID} {gid} 1\n"),
-                )
-            } else {
-                // Per job, its own pair of host ids: jobs never share a host uid. A
-                // zygote's namespace also maps the ids its forked jobs run as.
-                let host = self.config.id_base + 2 * slot;
-                let jobs = if plan.kind.is_zygote() {
-                    zygote_id_map(&self.config)
-                } else {
-                    String::new()
-                };
-                (
-                    format!("0 {host} 1\n{SANDBOX_UID} {} 1\n{jobs}", host + 1),
-                    format!("0 {host} 1\n{SANDBOX_GID} {} 1\n{jobs}", host + 1),
-                )
-            };
-            std::fs::write(format!("/proc/{pid}/uid_map"), uid_map)?;
-            std::fs::write(format!("/proc/{pid}/gid_map"), gid_map)?;
-            (&lifeline).write_all(&[1])
-        };
-        if let Err(e) = write_maps() {
-            let _ = sys::pidfd_send_signal(pidfd.as_fd(), libc::SIGKILL);
-            let _ = nix::sys::wait::waitpid(pid, None);
-            return Err(os("uid_map", e));
-        }
-        Ok((
+        let init = Cloned {
             pid,
             pidfd,
-            std::fs::File::from(status_r),
-            lifeline,
-            attach_parent,
-        ))
+            status: std::fs::File::from(status_r),
+            lifeline: std::fs::File::from(sync_w),
+            attach: attach_parent,
+        };
+        Ok((init, egress))
     }
 
-    /// Put the spawner's children's time namespace back to its own (after a clone into
-    /// a job's, or after a failed attempt to make one). If it cannot, every later job
-    /// would share this one: fail closed, killing the child just made.
-    fn leave_time_ns(&self, forked: Option<&sys::Forked>) {
-        let Some(home) = &self.time_home else { return };
-        let flags = nix::sched::CloneFlags::from_bits_retain(libc::CLONE_NEWTIME);
-        if let Err(e) = nix::sched::setns(home, flags) {
-            eprintln!("vivariumd spawner: cannot return to its time namespace: {e}");
-            if let Some(sys::Forked::Parent { pidfd, .. }) = forked {
-                let _ = sys::pidfd_send_signal(pidfd.as_fd(), libc::SIGKILL);
-            }
-            sys::exit_now(1);
-        }
+    /// S3e: the egress proxy's listener, made in the job's namespace, to the server.
+    fn send_egress(&self, job_id: u64, listener: &std::net::TcpListener) -> std::io::Result<()> {
+        let msg = ipc::encode(&FromSpawner::Egress {
+            job_id,
+            listener: Default::default(),
+        });
+        sys::send_with_fds(self.link.as_fd(), &msg, &[listener.as_fd()])
+    }
+
+    /// S4: the uid and gid maps of the job's user namespace (`zygote`: with its forked
+    /// jobs' line), then the go on `lifeline` (the sync pipe).
+    fn write_id_maps(
+        &self,
+        pid: Pid,
+        slot: u32,
+        zygote: bool,
+        mut lifeline: &std::fs::File,
+    ) -> std::io::Result<()> {
+        let (uid_map, gid_map) = if self.config.rootless {
+            // An unprivileged writer may map only its own ids, one line each, and only
+            // after giving up setgroups in the new namespace.
+            std::fs::write(format!("/proc/{pid}/setgroups"), "deny")?;
+            let (uid, gid) = (nix::unistd::geteuid(), nix::unistd::getegid());
+            (
+                format!("{SANDBOX_UID} {uid} 1\n"),
+                format!("{SANDBOX_GID} {gid} 1\n"),
+            )
+        } else {
+            // Per job, its own pair of host ids: jobs never share a host uid. A zygote's
+            // namespace also maps the ids its forked jobs run as.
+            let host = self.config.id_base + 2 * slot;
+            let jobs = if zygote {
+                zygote_id_map(&self.config)
+            } else {
+                String::new()
+            };
+            (
+                format!("0 {host} 1\n{SANDBOX_UID} {} 1\n{jobs}", host + 1),
+                format!("0 {host} 1\n{SANDBOX_GID} {} 1\n{jobs}", host + 1),
+            )
+        };
+        std::fs::write(format!("/proc/{pid}/uid_map"), uid_map)?;
+        std::fs::write(format!("/proc/{pid}/gid_map"), gid_map)?;
+        lifeline.write_all(&[1])
     }
 
     /// The job's init has exited: reap it, report if that was not done yet, remove the

@@ -24,8 +24,8 @@
 //! the spot, as its layers and mount steps say. Where a
 //! template cannot be built, the job is built cold, as before, with the same layers.
 
+use super::ns::{NsGuard, NsKind};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-use nix::sched::CloneFlags;
 use nix::sys::socket::MsgFlags;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
@@ -116,19 +116,18 @@ impl Templates {
         }
     }
 
-    /// Join the template for `plan`'s mounts, building it first if there is none yet.
-    /// `false`: the spawner stayed where it was and the job is built cold.
-    pub fn enter(&mut self, plan: &JobPlan) -> bool {
+    /// Join the template for `plan`'s mounts, building it first if there is none yet,
+    /// for the clone (S3a): the guard takes the spawner back to its own mount namespace.
+    /// `None`: the spawner stayed where it was and the job is built cold.
+    pub fn enter(&mut self, plan: &JobPlan) -> Option<NsGuard<'_>> {
         if self.home.is_none() || plan.layers.weakened {
-            return false;
+            return None;
         }
-        let Some(key) = Key::of(&plan.mounts) else {
-            return false;
-        };
+        let key = Key::of(&plan.mounts)?;
         self.failed
             .retain(|(_, when)| when.elapsed() < RETRY_FAILED);
         if self.failed.iter().any(|(k, _)| *k == key) {
-            return false;
+            return None;
         }
         let at = match self.built.iter().position(|(k, _)| *k == key) {
             Some(at) => at,
@@ -143,18 +142,12 @@ impl Templates {
                 Err(e) => {
                     eprintln!("vivariumd spawner: no mount template, jobs of this plan are built cold: {e}");
                     self.failed.push((key, Instant::now()));
-                    return false;
+                    return None;
                 }
             },
         };
-        nix::sched::setns(&self.built[at].1, CloneFlags::CLONE_NEWNS).is_ok()
-    }
-
-    /// Back to the spawner's own mount namespace after the clone. On an error the
-    /// caller must exit: every later job would be cloned from the template's copy.
-    pub fn leave(&self) -> nix::Result<()> {
-        let home = self.home.as_ref().ok_or(nix::Error::EBADF)?;
-        nix::sched::setns(home, CloneFlags::CLONE_NEWNS)
+        let home = self.home.as_ref()?;
+        NsGuard::enter(home, NsKind::Mount, &self.built[at].1).ok()
     }
 }
 
