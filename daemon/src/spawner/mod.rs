@@ -1148,11 +1148,7 @@ impl Spawner {
             // The pid namespace is gone with its init; this is belt and braces.
             let _ = cg.kill_all();
             if let Err(e) = cg.remove() {
-                eprintln!(
-                    "vivariumd spawner: job {}: cgroup removal: {}",
-                    job.id,
-                    error_chain(&e)
-                );
+                log::log_warn!("job {}: cgroup removal: {}", job.id, error_chain(&e));
             }
         }
         if let Some(slot) = job.slot {
@@ -1221,7 +1217,7 @@ fn export_dir(job_id: u64, pid: Pid, path: &std::path::Path, link: &OwnedFd) {
         ),
     };
     if let Err(e) = sent {
-        eprintln!("vivariumd spawner: job {job_id}: sending its exported directory: {e}");
+        log::log_warn!("job {job_id}: sending its exported directory: {e}");
     }
 }
 
@@ -1258,10 +1254,7 @@ fn drain_status(job: &mut Job, to_eof: bool, link: &OwnedFd) -> bool {
             }
             InitMsg::Running { .. } => {}
             InitMsg::Failed(f) if job.internal => {
-                eprintln!(
-                    "vivariumd spawner: a zygote failed at {}: {}",
-                    f.step, f.detail
-                );
+                log::log_warn!("a zygote failed at {}: {}", f.step, f.detail);
             }
             InitMsg::Failed(f) => job.report.failure = Some(f),
             InitMsg::Exited { status, disk_full } => {

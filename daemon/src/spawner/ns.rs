@@ -91,13 +91,10 @@ impl<'a> NsGuard<'a> {
             return;
         }
         if let Err(e) = nix::sched::setns(self.home, self.kind.flags()) {
-            eprintln!(
-                "vivariumd spawner: cannot return to its {} namespace: {e}",
-                self.kind.name()
-            );
             if let Some(pidfd) = child {
                 let _ = sys::pidfd_send_signal(pidfd.as_fd(), libc::SIGKILL);
             }
+            super::log::log_error!("cannot return to its {} namespace: {e}", self.kind.name());
             sys::exit_now(1);
         }
     }

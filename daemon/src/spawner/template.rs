@@ -140,7 +140,9 @@ impl Templates {
                     self.built.len() - 1
                 }
                 Err(e) => {
-                    eprintln!("vivariumd spawner: no mount template, jobs of this plan are built cold: {e}");
+                    super::log::log_warn!(
+                        "no mount template, jobs of this plan are built cold: {e}"
+                    );
                     self.failed.push((key, Instant::now()));
                     return None;
                 }

@@ -173,9 +173,11 @@ impl Spawner {
                 Ok(Some(i)) => i,
                 Ok(None) => return Ok(Route::Cold(fds)),
                 Err(f) => {
-                    eprintln!(
-                        "vivariumd spawner: a zygote for job {}: {}: {}",
-                        plan.job_id, f.step, f.detail
+                    super::log::log_warn!(
+                        "a zygote for job {}: {}: {}",
+                        plan.job_id,
+                        f.step,
+                        f.detail
                     );
                     self.zygotes.failed.insert(key, Instant::now());
                     return Ok(Route::Cold(fds));
@@ -626,8 +628,8 @@ impl Spawner {
         }) {
             if !self.zygotes.list[i].ready {
                 let z = &self.zygotes.list[i];
-                eprintln!(
-                    "vivariumd spawner: a zygote for profile {} was not ready within {} s",
+                super::log::log_warn!(
+                    "a zygote for profile {} was not ready within {} s",
                     z.profile,
                     START_TIMEOUT.as_secs()
                 );
