@@ -5,12 +5,12 @@
 //!
 //! | step | what | why here |
 //! | --- | --- | --- |
-//! | C1 | `setsid`; signals back to their defaults and none blocked (cold only) | the job's own session (no terminal, no job-control signals from the daemon's); a cold payload's dispositions are the daemon's inherited ones until reset, a forked one's are the interpreter's own (its SIGINT handler included), kept |
-//! | C2 | stdio onto 0-2, extra fds onto 3.., every other fd closed: at the execve (close-on-exec, cold) or now (forked: no execve will) | nothing of init's, the spawner's or the zygote's reaches the job's code |
-//! | C3 | `chdir("/work")` | the job's working directory, on its tmpfs |
-//! | C4 | every capability dropped, securebits locked, uid and gid 1000 (not for a zygote's own start, which keeps its capabilities to make each job's namespaces); a forked payload is made dumpable again, as a cold payload is after its execve | what the job runs as |
-//! | C5 | `no_new_privs`, Landlock, seccomp last | seccomp refuses what setup used (mount, landlock_*, seccomp itself); its last allowed setup call is the report's write (and, cold, the execve) |
-//! | C6 | report the Landlock status to init | only now that every layer is in place: a payload that dies earlier is a setup failure, never "running" |
+//! | P1 | `setsid`; signals back to their defaults and none blocked (cold only) | the job's own session (no terminal, no job-control signals from the daemon's); a cold payload's dispositions are the daemon's inherited ones until reset, a forked one's are the interpreter's own (its SIGINT handler included), kept |
+//! | P2 | stdio onto 0-2, extra fds onto 3.., every other fd closed: at the execve (close-on-exec, cold) or now (forked: no execve will) | nothing of init's, the spawner's or the zygote's reaches the job's code |
+//! | P3 | `chdir("/work")` | the job's working directory, on its tmpfs |
+//! | P4 | every capability dropped, securebits locked, uid and gid 1000 (not for a zygote's own start, which keeps its capabilities to make each job's namespaces); a forked payload is made dumpable again, as a cold payload is after its execve | what the job runs as |
+//! | P5 | `no_new_privs`, Landlock, seccomp last | seccomp refuses what setup used (mount, landlock_*, seccomp itself); its last allowed setup call is the report's write (and, cold, the execve) |
+//! | P6 | report the Landlock status to init | only now that every layer is in place: a payload that dies earlier is a setup failure, never "running" |
 
 use crate::plan::LandlockPlan;
 use crate::report::{encode, PayloadMsg};
@@ -20,7 +20,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use vivarium_proto::LandlockStatus;
 
 /// What happens to the fds the payload holds besides stdio, the extras and the report
-/// pipe (step C2).
+/// pipe (step P2).
 pub(crate) enum OtherFds {
     /// Close-on-exec from the first number past the extras: closed by the execve (a cold
     /// payload, which runs on init's memory and must not close what init owns).
@@ -31,7 +31,7 @@ pub(crate) enum OtherFds {
     Keep,
 }
 
-/// What the job runs as (step C4).
+/// What the job runs as (step P4).
 pub(crate) enum Privileges {
     /// Every capability dropped and the ids set; `rootless`: the only id mapped is 1000
     /// and setgroups is denied in the namespace. `dumpable_again`: a forked payload,
@@ -49,7 +49,7 @@ pub(crate) struct Confine<'a> {
     pub stdio: [BorrowedFd<'a>; 3],
     /// Placed on fds 3, 4, ... (a zygote's control socket and library).
     pub extra: &'a [OwnedFd],
-    /// Reset every signal to its default and clear the mask (step C1).
+    /// Reset every signal to its default and clear the mask (step P1).
     pub reset_signals: bool,
     pub other_fds: OtherFds,
     pub privileges: Privileges,
@@ -58,19 +58,19 @@ pub(crate) struct Confine<'a> {
     pub landlock: Option<(&'a LandlockPlan, u32)>,
     /// The seccomp filters, in installation order (empty only in a test-only plan).
     pub filters: &'a [BpfProgram],
-    /// The pipe to init the report goes to (step C6).
+    /// The pipe to init the report goes to (step P6).
     pub report: &'a OwnedFd,
 }
 
-/// Steps C1 to C6 (see the module's table). On success every layer is in place and
+/// Steps P1 to P6 (see the module's table). On success every layer is in place and
 /// reported; the caller then execs (cold) or returns to the interpreter (forked).
 pub(crate) fn confine(c: Confine<'_>) -> Result<(), SetupError> {
-    // C1
+    // P1
     nix::unistd::setsid().map_err(|e| SetupError::errno(Step::Setsid, e))?;
     if c.reset_signals {
         sys::reset_signals().map_err(|e| SetupError::io(Step::Signals, "/".as_ref(), &e))?;
     }
-    // C2
+    // P2
     for (target, fd) in c.stdio.iter().enumerate() {
         sys::dup_onto(fd.as_fd(), target as i32)
             .map_err(|e| SetupError::io(Step::Dup2, "stdio".as_ref(), &e))?;
@@ -92,9 +92,9 @@ pub(crate) fn confine(c: Confine<'_>) -> Result<(), SetupError> {
         }
         OtherFds::Keep => {}
     }
-    // C3
+    // P3
     nix::unistd::chdir("/work").map_err(|e| SetupError::errno(Step::Chdir, e))?;
-    // C4
+    // P4
     if let Privileges::Drop {
         rootless,
         dumpable_again,
@@ -108,7 +108,7 @@ pub(crate) fn confine(c: Confine<'_>) -> Result<(), SetupError> {
                 .map_err(|e| SetupError::io(Step::Dumpable, "/".as_ref(), &e))?;
         }
     }
-    // C5
+    // P5
     sys::set_no_new_privs().map_err(|e| SetupError::io(Step::NoNewPrivs, "/".as_ref(), &e))?;
     let status = match c.landlock {
         Some((plan, kernel_abi)) => landlock::apply(plan, kernel_abi)?,
@@ -122,7 +122,7 @@ pub(crate) fn confine(c: Confine<'_>) -> Result<(), SetupError> {
             detail: e.to_string(),
         })?;
     }
-    // C6 (write is on the allowlist).
+    // P6 (write is on the allowlist).
     nix::unistd::write(c.report, &report).map_err(|e| SetupError::errno(Step::Report, e))?;
     Ok(())
 }

@@ -1,27 +1,8 @@
 //! The two processes of a job: its init (pid 1 of the job's pid namespace, our code)
 //! and the payload (which becomes `python3`).
 //!
-//! The setup order, and why:
-//! 1. init waits for the spawner's go: uid/gid maps must be written before it can act
-//!    as root of its user namespace.
-//! 2. init becomes uid 0 *inside* (caps in its own userns only), builds the root
-//!    (mounts need CAP_SYS_ADMIN in the userns owning the mount ns) and pivots. On
-//!    cgroup v1 it then moves itself into the job's cgroup, which the spawner made
-//!    meanwhile, and makes its cgroup namespace (v2: cloned into both). Then it mounts
-//!    the job's cgroup read-only at /sys/fs/cgroup: only in that namespace does it show
-//!    the job's own cgroup as its root.
-//! 3. hostname, the script, rlimits: still need ns-root or are inherited by the payload.
-//! 4. init starts the payload (a vfork-style clone: it runs on init's memory until its
-//!    execve, see `sys::vfork_run`) and stays as reaper: a pid namespace dies with its
-//!    init, so when the payload ends, everything it left behind is killed by the kernel.
-//! 5. payload: setsid, stdio, every other fd close-on-exec, cwd.
-//! 6. drop bounding/ambient/inheritable caps while CAP_SETPCAP is still held, lock
-//!    securebits, then setgroups/setresgid/setresuid to the unprivileged ids (this
-//!    clears permitted/effective), and verify no capability is left.
-//! 7. no_new_privs, then Landlock (after pivot_root: Landlock forbids mounts), then
-//!    seccomp LAST, so that the setup itself needs none of the allowlisted syscalls.
-//! 8. execve. Until then a failure is reported as (step, errno) on a close-on-exec
-//!    pipe; EOF there means execve worked.
+//! The setup order is the crate's table (`crate`'s doc, "The setup order"): init runs
+//! steps I1 to I14, the payload P1 to P7, and the comments below carry those numbers.
 //!
 //! What the setup applies is the plan's data ([`crate::plan::Layers`]): all of it in
 //! every plan the daemon builds, less only in the attack suite's test-only plans.
@@ -116,7 +97,7 @@ fn send(status: &std::fs::File, msg: &InitMsg) {
 
 /// Entry point of the cloned child. Never returns.
 pub fn run(args: InitArgs<'_>) -> ! {
-    // pid 1 of a pid namespace ignores its own fatal signals: a panic that aborted
+    // I1. pid 1 of a pid namespace ignores its own fatal signals: a panic that aborted
     // would spin forever. Exit instead.
     std::panic::set_hook(Box::new(|_| sys::exit_now(123)));
     // Only our own fds survive into the job; the spawner's others (its link to the
@@ -211,14 +192,14 @@ fn init(
     mut fds: ChildFds,
     status: &std::fs::File,
 ) -> Result<(), SetupError> {
-    // 1. Wait for the maps (the cgroup: cloned into it on v2, joined in 2b on v1).
+    // I2. Wait for the maps (the cgroup: cloned into it on v2, joined in I9 on v1).
     let mut go = [0u8; 1];
     let mut sync = std::fs::File::from(fds.sync);
     if sync.read(&mut go).ok() != Some(1) {
         sys::exit_now(122);
     }
 
-    // memfds must not be executable (noexec on /work, /tmp and /dev/shm would
+    // I3. memfds must not be executable (noexec on /work, /tmp and /dev/shm would
     // otherwise be bypassed with execveat on a memfd). The sysctl is per pid
     // namespace (Linux 6.3+) and acts on the writer's own, which is the job's; its
     // file is writable only by the host's uid 0, which init still is here. Where the
@@ -227,8 +208,8 @@ fn init(
         set_memfd_noexec()?;
     }
 
-    // 2. Step onto a scratch mount while our filesystem uid is still the daemon's;
-    //    then become root of the job's user namespace, build the root, pivot.
+    // I4. Step onto a scratch mount while our filesystem uid is still the daemon's;
+    // I5. then become root of the job's user namespace (I7, I8: build the root, pivot).
     if let Root::Build(new_root) = &root {
         mount::enter_anchor(new_root)?;
     }
@@ -241,7 +222,7 @@ fn init(
     }
     // (Rootless: init already is uid 1000 inside, the only id mapped, with every
     // capability in its own user namespace.)
-    // Die with the spawner. The kernel clears the parent-death signal on every
+    // I6. Die with the spawner. The kernel clears the parent-death signal on every
     // credential change, so it is set after init's last one; the spawner keeps the
     // sync pipe's write end for the job's lifetime, so a hang-up there means it died
     // before the signal was armed.
@@ -260,6 +241,8 @@ fn init(
     }
     drop(sync);
     let owner = (SANDBOX_UID, SANDBOX_GID);
+    // I7 and I8: the root built here and pivoted into; I7t: on a template's copy, only the
+    // job's own mounts.
     match root {
         Root::Template => mount::populate_fresh(
             &plan.mounts,
@@ -274,7 +257,7 @@ fn init(
         }
     }
 
-    // 2b. cgroup v1: into the job's cgroup, which the spawner made while we built the
+    // I9. cgroup v1: into the job's cgroup, which the spawner made while we built the
     //     root; only then the cgroup namespace, rooted there. (v2: cloned into it, with
     //     the namespace.) Before the script is written: its tmpfs pages are the job's.
     if let Some(sock) = fds.attach.take() {
@@ -285,18 +268,18 @@ fn init(
         }
     }
 
-    // 2c. The job's own cgroup, read-only at /sys/fs/cgroup: now that the root is in
+    // I10. The job's own cgroup, read-only at /sys/fs/cgroup: now that the root is in
     //     place and the job's cgroup namespace exists (its root is the job's cgroup).
     //     (A plan without that namespace has no view: it would show the host's.)
     mount::cgroup_view(&plan.cgroup_view)?;
 
-    // The job's own user namespace limits (its inotify budget; no namespaces for a
+    // I11. The job's own user namespace limits (its inotify budget; no namespaces for a
     // job, which seccomp refuses anyway): after init's own last namespace, in that user
     // namespace (the sysctl acts on the writer's), where init holds CAP_SYS_RESOURCE;
     // lowered for good (the payload never holds it).
     set_user_ns_limits(plan.kind.is_zygote() || !plan.layers.namespace_limits)?;
 
-    // The job's private loopback (`NetworkPlan::Loopback`): already up in the spawner's
+    // I12. The job's private loopback (`NetworkPlan::Loopback`): already up in the spawner's
     // spare namespace (which belongs to the host's user namespace: nothing here could
     // change it), brought up here in one of the job's own (`CLONE_NEWNET`: rootless, or
     // no spare). Fail closed: the plan asked for it.
@@ -304,7 +287,7 @@ fn init(
         sys::loopback_up().map_err(|e| SetupError::io(Step::Loopback, "lo".as_ref(), &e))?;
     }
 
-    // 3. Hostname, the script, rlimits (inherited by the payload).
+    // I13. Hostname, the script, rlimits (inherited by the payload).
     if plan.layers.namespaces.uts {
         nix::unistd::sethostname(&plan.hostname)
             .map_err(|e| SetupError::errno(Step::Sethostname, e))?;
@@ -320,7 +303,7 @@ fn init(
     drop(code);
     rlimit::apply(&plan.rlimits)?;
 
-    // 4. Fork the payload; stay as its reaper.
+    // I14. Fork the payload; stay as its reaper.
     let (exec_r, mut exec_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
         .map_err(|e| SetupError::errno(Step::Pipe, e))?;
     if !fds.extra.is_empty() {
@@ -558,7 +541,7 @@ fn payload(
         .map(|a| a.as_ptr())
         .chain(std::iter::once(std::ptr::null()))
         .collect();
-    // 5-7. The confinement, the same steps as a forked payload's (`confine`: C1-C6).
+    // P1-P6. The confinement, the same steps as a forked payload's (`confine`).
     //    A zygote's own start keeps its capabilities in this user namespace, and gets
     //    neither Landlock nor seccomp: it makes each job's namespaces and mounts, and
     //    every job drops them and applies both layers.
@@ -587,12 +570,12 @@ fn payload(
         report: exec_w,
     })?;
 
-    // 8. execve; seccomp must allow it (it is the last syscall of our setup).
+    // P7. execve; seccomp must allow it (it is the last syscall of our setup).
     let err = sys::execve(&prepared.exe, &argv, &envp);
     Err(SetupError::io(Step::Execve, &plan.interpreter, &err))
 }
 
-/// Step 6: every capability gone, securebits locked, the unprivileged ids.
+/// Step P4: every capability gone, securebits locked, the unprivileged ids.
 pub(crate) fn drop_privileges(rootless: bool) -> Result<(), SetupError> {
     caps::drop_bounding_ambient_inheritable()?;
     sys::lock_securebits().map_err(|e| SetupError::io(Step::Securebits, "/".as_ref(), &e))?;

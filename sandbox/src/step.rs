@@ -160,58 +160,58 @@ steps! {
     /// Write the job's code into its script file.
     WriteScript = "write-script",
 
-    // The payload's confinement (`confine`, steps C1 to C6; `init::drop_privileges`,
+    // The payload's confinement (`confine`, steps P1 to P6; `init::drop_privileges`,
     // `caps`, `landlock`), then a cold payload's execve.
-    /// C1: the payload's own session.
+    /// P1: the payload's own session.
     Setsid = "setsid",
-    /// C1: every signal back to its default, none blocked.
+    /// P1: every signal back to its default, none blocked.
     Signals = "signals",
-    /// C2: stdio onto 0-2, the extra fds onto 3...
+    /// P2: stdio onto 0-2, the extra fds onto 3...
     Dup2 = "dup2",
-    /// C2: every other fd close-on-exec or closed (also the zygote's fds in a job's init).
+    /// P2: every other fd close-on-exec or closed (also the zygote's fds in a job's init).
     CloseRange = "close_range",
-    /// C4: empty the bounding capability set.
+    /// P4: empty the bounding capability set.
     CapsBounding = "caps-bounding",
-    /// C4: empty the ambient capability set.
+    /// P4: empty the ambient capability set.
     CapsAmbient = "caps-ambient",
-    /// C4: empty the inheritable capability set.
+    /// P4: empty the inheritable capability set.
     CapsInheritable = "caps-inheritable",
-    /// C4: lock the securebits.
+    /// P4: lock the securebits.
     Securebits = "securebits",
-    /// C4: take the unprivileged gid.
+    /// P4: take the unprivileged gid.
     Setresgid = "setresgid",
-    /// C4: take the unprivileged uid.
+    /// P4: take the unprivileged uid.
     Setresuid = "setresuid",
-    /// C4: empty the effective capability set.
+    /// P4: empty the effective capability set.
     CapsEffective = "caps-effective",
-    /// C4: empty the permitted capability set.
+    /// P4: empty the permitted capability set.
     CapsPermitted = "caps-permitted",
-    /// C4: check that no capability is left.
+    /// P4: check that no capability is left.
     CapsVerify = "caps-verify",
     /// Set the dumpable flag (a forked payload made dumpable again; a zygote job's
     /// init made non-dumpable).
     Dumpable = "dumpable",
-    /// C5: set no_new_privs.
+    /// P5: set no_new_privs.
     NoNewPrivs = "no_new_privs",
-    /// C5: Landlock's filesystem rights.
+    /// P5: Landlock's filesystem rights.
     LandlockFs = "landlock-fs",
-    /// C5: Landlock's TCP rights.
+    /// P5: Landlock's TCP rights.
     LandlockNet = "landlock-net",
-    /// C5: Landlock's scoping (abstract unix sockets, signals).
+    /// P5: Landlock's scoping (abstract unix sockets, signals).
     LandlockScope = "landlock-scope",
-    /// C5: create the Landlock ruleset.
+    /// P5: create the Landlock ruleset.
     LandlockCreate = "landlock-create",
-    /// C5: open a path for a Landlock rule.
+    /// P5: open a path for a Landlock rule.
     LandlockPath = "landlock-path",
-    /// C5: add a Landlock path rule.
+    /// P5: add a Landlock path rule.
     LandlockRule = "landlock-rule",
-    /// C5: add a Landlock TCP connect rule.
+    /// P5: add a Landlock TCP connect rule.
     LandlockNetRule = "landlock-net-rule",
-    /// C5: enforce the Landlock ruleset.
+    /// P5: enforce the Landlock ruleset.
     LandlockRestrict = "landlock-restrict",
-    /// C5: install a seccomp filter.
+    /// P5: install a seccomp filter.
     Seccomp = "seccomp",
-    /// C6: report the Landlock status to init.
+    /// P6: report the Landlock status to init.
     Report = "report",
     /// A cold payload's execve of the interpreter.
     Execve = "execve",

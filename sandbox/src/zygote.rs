@@ -6,27 +6,27 @@
 //! own user namespace with its capabilities there, and gets neither Landlock nor
 //! seccomp: it must make each job's namespaces and mounts. It runs only our bootstrap
 //! and the profile's preloads, never a job's code, and holds no secret (a job is a
-//! copy of it). For each job it gets a plan and fds on its control socket, and:
+//! copy of it). For each job it gets a plan and fds on its control socket, and (steps
+//! Z1-Z4 of the crate's setup table):
 //!
-//! 1. the zygote (its request loop, [`serve`], in Rust: one call from its interpreter):
-//!    `unshare(CLONE_NEWPID)` then fork, so the child is pid 1 of a pid namespace of its
-//!    own; it sends the child's pidfd to the spawner. The child is the job's init, and
-//!    runs no Python:
-//! 2. init moves itself into the job's cgroup (writing `0` to the `tasks`/`cgroup.procs`
-//!    files the spawner opened: a single-threaded process moving itself is the cheap
-//!    attach), makes itself non-dumpable, unshares mount, network, IPC, UTS and cgroup
-//!    namespaces, mounts the job's fresh tmpfs mounts, procfs and masks over the
-//!    zygote's and its own cgroup read-only at /sys/fs/cgroup, sets the hostname and
-//!    the rlimits, then forks the payload and stays as its reaper (the same code as a
-//!    cold job's init: `init::supervise`).
-//! 3. the payload (init's fork, the one copy that returns to the interpreter) unshares
-//!    a user namespace of its own, whose maps init writes (uid and gid 1000 to the ids
-//!    of the job's id slot in the zygote's namespace, `plan::ZYGOTE_JOB_IDS`: the
-//!    payload's host uid is its own, neither init's nor another job's), then the same
-//!    steps as a cold payload: setsid, stdio, every
-//!    other fd closed, cwd, capabilities and ids, no_new_privs, Landlock, seccomp. Then
-//!    it returns to the interpreter, which reads the job from stdin as a warm sandbox
-//!    does.
+//! - Z1, the zygote (its request loop, [`serve`], in Rust: one call from its interpreter):
+//!   `unshare(CLONE_NEWPID)` then fork, so the child is pid 1 of a pid namespace of its
+//!   own; it sends the child's pidfd to the spawner. The child is the job's init, and
+//!   runs no Python:
+//! - Z2, init moves itself into the job's cgroup (writing `0` to the `tasks`/`cgroup.procs`
+//!   files the spawner opened: a single-threaded process moving itself is the cheap
+//!   attach), makes itself non-dumpable, unshares mount, network, IPC, UTS and cgroup
+//!   namespaces, mounts the job's fresh tmpfs mounts, procfs and masks over the
+//!   zygote's and its own cgroup read-only at /sys/fs/cgroup, sets the hostname and
+//!   the rlimits; Z3, it forks the payload and stays as its reaper (the same code as
+//!   a cold job's init: `init::supervise`).
+//! - Z4, the payload (init's fork, the one copy that returns to the interpreter) unshares
+//!   a user namespace of its own, whose maps init writes (uid and gid 1000 to the ids
+//!   of the job's id slot in the zygote's namespace, `plan::ZYGOTE_JOB_IDS`: the
+//!   payload's host uid is its own, neither init's nor another job's), then the same
+//!   steps as a cold payload (P1-P7): setsid, stdio, every other fd closed, cwd,
+//!   capabilities and ids, no_new_privs, Landlock, seccomp. Then it returns to the
+//!   interpreter, which reads the job from stdin as a warm sandbox does.
 //!
 //! [`serve`] is called through the zygote library (crate `vivarium-zygote`); it is here
 //! so that the job's setup is the same code as a cold job's.
@@ -255,8 +255,8 @@ enum Forked {
 }
 
 /// In the zygote, for each request: fork the job's init into a new pid namespace
-/// (step 1). Returns the init's pid in the zygote, and returns in the payload once its
-/// setup is done; init's own copy never returns (steps 2 and 3: [`job_prepare`], the
+/// (step Z1). Returns the init's pid in the zygote, and returns in the payload once its
+/// setup is done; init's own copy never returns (steps Z2 and Z3: [`job_prepare`], the
 /// payload's fork, [`job_init`]). Init runs no Python: whatever the interpreter did in
 /// it wrote to pages it shares with the zygote, each first write a page copy.
 ///
@@ -312,7 +312,7 @@ fn new_pid_namespace() -> std::io::Result<()> {
 /// The zygote's own pid namespace (for [`new_pid_namespace`]); closed in each child.
 static OWN_PID_NS: Mutex<Option<OwnedFd>> = Mutex::new(None);
 
-/// Step 2, in the job's init (the zygote's fresh child). `plan`: the job's encoded plan,
+/// Step Z2, in the job's init (the zygote's fresh child). `plan`: the job's encoded plan,
 /// cleared once decoded (the buffer is the zygote's request buffer: nothing of the plan
 /// stays in memory the payload inherits). `fds`: the job's stdin, stdout and stderr,
 /// the status pipe's write end, then the cgroup files to write `0` to. On failure
@@ -435,7 +435,7 @@ fn job_ids(plan: &JobPlan) -> Result<u32, SetupError> {
         })
 }
 
-/// Step 2, continued, in init once it has forked the payload (`payload`, pid 2): write
+/// Step Z3, in init once it has forked the payload (`payload`, pid 2): write
 /// the payload's maps, then supervise it like a cold job's init. Never returns.
 fn job_init(state: JobState, payload: i32) -> ! {
     let JobState {
@@ -479,7 +479,7 @@ fn job_init(state: JobState, payload: i32) -> ! {
     }
 }
 
-/// Step 3, in the payload (init's fork). Returns when every layer is in place; on
+/// Step Z4, in the payload (init's fork). Returns when every layer is in place; on
 /// failure reports it to init and exits.
 fn job_payload(state: JobState) {
     let JobState {
@@ -524,7 +524,7 @@ fn payload(
     }
     // This job's own user namespace: its limits, as a cold job's init sets them.
     crate::init::set_user_ns_limits(false)?;
-    // The confinement, the same steps as a cold payload's (`confine`: C1-C6), without
+    // The confinement, the same steps as a cold payload's (`confine`: P1-P6), without
     // the execve: no execve will close the other fds, so they go now. The interpreter's
     // own signal handlers (SIGINT's) stay; init reset SIGCHLD and the mask.
     let confined = confine(Confine {

@@ -9,7 +9,7 @@ use vivarium_sandbox::sys;
 
 /// The `clone3` flags of a cold job's init (S3): a new user, mount and IPC namespace
 /// always, and the plan's others; never `CLONE_NEWCGROUP` when `late` (cgroup v1: init
-/// makes that namespace itself once it is in the job's cgroup, I7b), nor `CLONE_NEWNET`
+/// makes that namespace itself once it is in the job's cgroup, I9), nor `CLONE_NEWNET`
 /// when `in_netns` (the spawner has joined the job's network namespace for the clone: a
 /// spare, or an egress one).
 pub(super) fn clone_flags(ns: &Namespaces, late: bool, in_netns: bool) -> libc::c_int {
