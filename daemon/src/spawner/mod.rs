@@ -375,57 +375,72 @@ fn recv_msg(link: &OwnedFd, buf: &mut [u8]) -> std::io::Result<Option<(ToSpawner
     Ok(Some((decoded, fds)))
 }
 
-fn run(link: OwnedFd) -> Result<(), String> {
+/// Why the spawner stopped (before `Ready`, its text is also the server's `InitFailed`).
+#[derive(Debug, thiserror::Error)]
+enum SpawnerError {
+    #[error("link: {0}")]
+    Link(#[source] std::io::Error),
+    #[error("expected Init on the link")]
+    NoInit,
+    #[error("refusing a test-only weakening without {}=1", ipc::TEST_WEAKENED_ENV)]
+    Weakened,
+    #[error("{}: {source}", path.display())]
+    StateDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The cgroup tree (its own error's whole chain, as the server shows it).
+    #[error("{}", error_chain(.0))]
+    Cgroups(#[from] vivarium_sandbox::cgroup::CgroupError),
+    #[error("poll: {0}")]
+    Poll(#[source] nix::Error),
+}
+
+/// A setup failure, told to the server before the spawner exits.
+fn refuse(link: &OwnedFd, e: SpawnerError) -> SpawnerError {
+    let _ = send_msg(link, &FromSpawner::InitFailed(e.to_string()));
+    e
+}
+
+fn run(link: OwnedFd) -> Result<(), SpawnerError> {
     let mut recv_buf = vec![0u8; MAX_LINK_FRAME + 1];
-    let config = match recv_msg(&link, &mut recv_buf).map_err(|e| e.to_string())? {
+    let config = match recv_msg(&link, &mut recv_buf).map_err(SpawnerError::Link)? {
         Some((ToSpawner::Init(c), _)) => c,
-        _ => return Err("expected Init on the link".into()),
+        _ => return Err(SpawnerError::NoInit),
     };
     // Fail closed: a weakening only ever comes from the attack suite's test binary,
     // which also sets this variable (`vivariumd::policy::weaken`).
     if config.weakened && std::env::var(ipc::TEST_WEAKENED_ENV).as_deref() != Ok("1") {
-        let e = format!(
-            "refusing a test-only weakening without {}=1",
-            ipc::TEST_WEAKENED_ENV
-        );
-        let _ = send_msg(&link, &FromSpawner::InitFailed(e.clone()));
-        return Err(e);
+        return Err(refuse(&link, SpawnerError::Weakened));
     }
-    let setup_cgroups = || -> Result<(Cgroups, Home), String> {
-        let cgroups = Cgroups::detect(&config.cgroup_subtree).map_err(|e| error_chain(&e))?;
-        cgroups.setup().map_err(|e| error_chain(&e))?;
-        cgroups.reap_stale().map_err(|e| error_chain(&e))?;
-        let home = cgroups.enter_home().map_err(|e| error_chain(&e))?;
+    let setup_cgroups = || -> Result<(Cgroups, Home), SpawnerError> {
+        let cgroups = Cgroups::detect(&config.cgroup_subtree)?;
+        cgroups.setup()?;
+        cgroups.reap_stale()?;
+        let home = cgroups.enter_home()?;
         Ok((cgroups, home))
     };
     type Setup = (Option<Cgroups>, Option<Home>, Option<String>);
-    let setup = || -> Result<Setup, String> {
-        std::fs::create_dir_all(config.state_dir.join("root")).map_err(|e| e.to_string())?;
+    let setup = || -> Result<Setup, SpawnerError> {
+        let root = config.state_dir.join("root");
+        std::fs::create_dir_all(&root)
+            .map_err(|source| SpawnerError::StateDir { path: root, source })?;
         match setup_cgroups() {
             Ok((c, home)) => Ok((Some(c), Some(home), None)),
             // A root daemon must have its cgroup tree. A user's daemon runs without
             // one when it has no delegated subtree; profiles that need cgroup limits
             // are then disabled by the server, with this reason.
-            Err(e) if config.rootless => Ok((None, None, Some(e))),
+            Err(e) if config.rootless => Ok((None, None, Some(e.to_string()))),
             Err(e) => Err(e),
         }
     };
-    let (cgroups, home, cgroup_problem) = match setup() {
-        Ok(c) => c,
-        Err(e) => {
-            let _ = send_msg(&link, &FromSpawner::InitFailed(e.clone()));
-            return Err(e);
-        }
-    };
+    let (cgroups, home, cgroup_problem) = setup().map_err(|e| refuse(&link, e))?;
     let landlock_abi = sys::landlock_abi();
     // Read once here, as the hierarchies were: a job cannot read the host's mounts.
     let cgroup_view = match cgroups.as_ref().map(Cgroups::job_view).transpose() {
         Ok(view) => view.unwrap_or_default(),
-        Err(e) => {
-            let e = error_chain(&e);
-            let _ = send_msg(&link, &FromSpawner::InitFailed(e.clone()));
-            return Err(e);
-        }
+        Err(e) => return Err(refuse(&link, e.into())),
     };
     send_msg(
         &link,
@@ -441,7 +456,7 @@ fn run(link: OwnedFd) -> Result<(), String> {
             cgroup_view,
         },
     )
-    .map_err(|e| e.to_string())?;
+    .map_err(SpawnerError::Link)?;
     let mut spawner = Spawner {
         link,
         free_slots: (0..config.max_jobs).rev().collect(),
@@ -486,7 +501,7 @@ impl Spawner {
         self.cgroups.as_ref().map(|c| wire_version(c.version()))
     }
 
-    fn serve(&mut self) -> Result<(), String> {
+    fn serve(&mut self) -> Result<(), SpawnerError> {
         loop {
             self.net.refill();
             let now = Instant::now();
@@ -518,7 +533,7 @@ impl Spawner {
             let ms = timeout.as_millis().min(60_000) as u16;
             match poll(&mut fds, PollTimeout::from(ms.max(1))) {
                 Ok(_) | Err(nix::Error::EINTR) => {}
-                Err(e) => return Err(format!("poll: {e}")),
+                Err(e) => return Err(SpawnerError::Poll(e)),
             }
             let ready: Vec<bool> = fds
                 .iter()
@@ -547,7 +562,7 @@ impl Spawner {
                         return Ok(());
                     }
                     Err(e) if e.kind() == std::io::ErrorKind::InvalidData => continue,
-                    Err(e) => return Err(format!("link: {e}")),
+                    Err(e) => return Err(SpawnerError::Link(e)),
                 }
             }
 
