@@ -767,8 +767,9 @@ impl Spawner {
         at.map(|k| self.slot_wait.remove(k)).is_some()
     }
 
-    /// A cold start: the spawner's steps of the setup order, in turn (S1 to S5,
-    /// docs/ARCHITECTURE.md "Setup order"); `extra` fds go to the payload as fds 3, 4, ...
+    /// A cold start: the spawner's steps of the setup order, in turn (S1 to S5 of the
+    /// table in `vivarium_sandbox`'s crate doc; their reasons in docs/ARCHITECTURE.md,
+    /// "Setup order"); `extra` fds go to the payload as fds 3, 4, ...
     /// (a zygote's). On error nothing of the job is left behind.
     fn build_job(
         &mut self,
