@@ -32,26 +32,41 @@ pub fn count_lines(bytes: &[u8]) -> u64 {
 /// Excerpt `bytes` within `budget` characters: the whole text when it fits, else its head
 /// and tail (each snapped to a line boundary when one is near) around a marker line.
 pub fn excerpt(bytes: &[u8], budget: usize, capped_by_sandbox: bool) -> StreamExcerpt {
+    excerpt_weighted(bytes, budget, capped_by_sandbox, 50)
+}
+
+/// Like [`excerpt`], giving `head_percent` of the room to the head and the rest to the
+/// tail (an error's stderr keeps more tail: the traceback is there).
+pub fn excerpt_weighted(
+    bytes: &[u8],
+    budget: usize,
+    capped_by_sandbox: bool,
+    head_percent: usize,
+) -> StreamExcerpt {
     let text = String::from_utf8_lossy(bytes);
-    let total_bytes = bytes.len() as u64;
-    let total_lines = count_lines(bytes);
+    let (text, truncated) = cut(&text, budget, head_percent);
+    StreamExcerpt {
+        text,
+        total_bytes: bytes.len() as u64,
+        total_lines: count_lines(bytes),
+        truncated,
+        capped_by_sandbox,
+    }
+}
+
+/// `text` within `budget` characters, and whether anything was left out.
+fn cut(text: &str, budget: usize, head_percent: usize) -> (String, bool) {
     let chars = text.chars().count();
     if chars <= budget {
-        return StreamExcerpt {
-            text: text.into_owned(),
-            total_bytes,
-            total_lines,
-            truncated: false,
-            capped_by_sandbox,
-        };
+        return (text.to_owned(), false);
     }
     // Room for the marker, which never exceeds this many characters.
     const MARKER_ROOM: usize = 80;
     let room = budget.saturating_sub(MARKER_ROOM);
-    let head_chars = room / 2;
+    let head_chars = room * head_percent.min(100) / 100;
     let tail_chars = room - head_chars;
-    let head = snap_head(prefix_chars(&text, head_chars));
-    let tail = snap_tail(suffix_chars(&text, tail_chars));
+    let head = snap_head(prefix_chars(text, head_chars));
+    let tail = snap_tail(suffix_chars(text, tail_chars));
     let omitted = &text[head.len()..text.len() - tail.len()];
     let marker = format!(
         "[... {} bytes, {} lines omitted ...]",
@@ -63,21 +78,7 @@ pub fn excerpt(bytes: &[u8], budget: usize, capped_by_sandbox: bool) -> StreamEx
     } else {
         "\n"
     };
-    StreamExcerpt {
-        text: format!("{head}{sep}{marker}\n{tail}"),
-        total_bytes,
-        total_lines,
-        truncated: true,
-        capped_by_sandbox,
-    }
-}
-
-/// The last `max_chars` characters of `text`, starting at a line when one starts nearby.
-pub fn tail_text(text: &str, max_chars: usize) -> &str {
-    if text.chars().count() <= max_chars {
-        return text;
-    }
-    snap_tail(suffix_chars(text, max_chars))
+    (format!("{head}{sep}{marker}\n{tail}"), true)
 }
 
 fn prefix_chars(text: &str, n: usize) -> &str {
@@ -91,6 +92,9 @@ fn suffix_chars(text: &str, n: usize) -> &str {
     let count = text.chars().count();
     if n >= count {
         return text;
+    }
+    if n == 0 {
+        return "";
     }
     let (at, _) = text.char_indices().nth(count - n).expect("within bounds");
     &text[at..]
@@ -175,12 +179,5 @@ mod tests {
         let e = excerpt(&[0xff, b'a', b'\n'], 100, false);
         assert_eq!(e.text, "\u{fffd}a\n");
         assert_eq!(e.total_bytes, 3);
-    }
-
-    #[test]
-    fn tail_text_starts_at_a_line() {
-        let text = "first line is long enough\nsecond\nthird\n";
-        assert_eq!(tail_text(text, 100), text);
-        assert_eq!(tail_text(text, 16), "second\nthird\n");
     }
 }

@@ -33,8 +33,9 @@ pub struct Config {
     pub max_calls_per_minute: u32,
     /// `run_python` calls running at once.
     pub max_concurrent_jobs: usize,
-    /// Characters kept per output stream (head and tail excerpt).
-    pub output_budget: usize,
+    /// Characters of output a result carries: per stream in `structuredContent`, and in
+    /// all of its text content.
+    pub budgets: tool::Budgets,
     /// The profile used when a call names none.
     pub default_profile: String,
     /// How often progress notifications go out while a job runs.

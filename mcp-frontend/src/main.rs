@@ -22,6 +22,10 @@ struct Args {
     /// Characters of stdout and of stderr returned (head and tail excerpt), each.
     #[arg(long, default_value_t = 8000, env = "VIVARIUM_MCP_OUTPUT_CHARS", value_parser = clap::value_parser!(u32).range(200..))]
     output_chars: u32,
+    /// Characters of a result's text content in all (the result as JSON, with shorter
+    /// excerpts when needed), for hosts that show the model only the text.
+    #[arg(long, default_value_t = vivarium_mcp::tool::DEFAULT_TEXT_CHARS as u32, env = "VIVARIUM_MCP_TEXT_CHARS", value_parser = clap::value_parser!(u32).range(1000..))]
+    text_chars: u32,
     /// The profile used when a call names none.
     #[arg(long, default_value = "default")]
     profile: String,
@@ -46,7 +50,10 @@ async fn main() -> std::process::ExitCode {
         socket: vivarium_mcp::server::socket_path(args.socket),
         max_calls_per_minute: args.max_calls_per_minute,
         max_concurrent_jobs: args.max_concurrent_jobs as usize,
-        output_budget: args.output_chars as usize,
+        budgets: vivarium_mcp::tool::Budgets {
+            output_chars: args.output_chars as usize,
+            text_chars: args.text_chars as usize,
+        },
         default_profile: args.profile,
         progress_interval: Duration::from_secs_f64(args.progress_interval.clamp(0.1, 10.0)),
     };

@@ -84,6 +84,7 @@ impl VivariumServer {
         tool::tool(
             self.profiles().as_deref(),
             &self.inner.config.default_profile,
+            self.inner.config.budgets,
         )
     }
 
@@ -101,7 +102,7 @@ impl VivariumServer {
         if let Err(text) =
             tool::check_timeout(args.timeout_seconds, &profile, self.profiles().as_deref())
         {
-            return tool_error(text);
+            return self.tool_error(text);
         }
         let client_name = format!("{SERVER_NAME}/{}", env!("CARGO_PKG_VERSION"));
         // The hello's answer before the job: a refused hello gets its own advice.
@@ -112,8 +113,8 @@ impl VivariumServer {
         };
         let mut client = match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
             Ok(Ok(client)) => client,
-            Ok(Err(e)) => return tool_error(connect_error_text(&config.socket, &e)),
-            Err(_) => return tool_error(connect_timeout_text(&config.socket)),
+            Ok(Err(e)) => return self.tool_error(connect_error_text(&config.socket, &e)),
+            Err(_) => return self.tool_error(connect_timeout_text(&config.socket)),
         };
         let mut job = Job::new(args.code).profile(profile.clone());
         job.packages = args.packages.unwrap_or_default();
@@ -123,7 +124,7 @@ impl VivariumServer {
         let stdin = args.stdin.map(String::into_bytes);
         let mut handle = match client.submit(&job, stdin.as_deref()).await {
             Ok(handle) => handle,
-            Err(e) => return tool_error(job_error_text(&e)),
+            Err(e) => return self.tool_error(job_error_text(&e)),
         };
         // `JobHandle` is not `Sync`, so `handle.cancel()` cannot be awaited in a `Send`
         // future; a `Canceller` can.
@@ -148,12 +149,12 @@ impl VivariumServer {
                     let _ = tokio::time::timeout(Duration::from_millis(200), canceller.cancel()).await;
                     drop(handle);
                     info!(profile, "request cancelled; job killed");
-                    return tool_error("cancelled: the job was killed".into());
+                    return self.tool_error("cancelled: the job was killed".into());
                 }
                 () = crate::until_eof(&mut eof) => {
                     drop(handle);
                     info!(profile, "stdin closed; job killed");
-                    return tool_error("the MCP client went away: the job was killed".into());
+                    return self.tool_error("the MCP client went away: the job was killed".into());
                 }
                 event = handle.next_event() => match event {
                     Ok(Some(JobEvent::Output(stream, bytes))) => {
@@ -172,8 +173,8 @@ impl VivariumServer {
                     Ok(Some(JobEvent::Queued { position })) => {
                         latest_line = format!("queued in the daemon (position {position})");
                     }
-                    Ok(None) => return tool_error("the daemon ended the job without an outcome".into()),
-                    Err(e) => return tool_error(job_error_text(&e)),
+                    Ok(None) => return self.tool_error("the daemon ended the job without an outcome".into()),
+                    Err(e) => return self.tool_error(job_error_text(&e)),
                 },
                 _ = ticker.tick(), if progress.is_some() => {
                     if let Some(p) = progress.as_mut() {
@@ -192,7 +193,7 @@ impl VivariumServer {
             &outcome,
             &stdout,
             &stderr,
-            config.output_budget,
+            config.budgets,
             handle.packages(),
         )
     }
@@ -233,6 +234,13 @@ fn last_line(bytes: &[u8]) -> Option<String> {
 
 fn tool_error(text: String) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(text)])
+}
+
+impl VivariumServer {
+    /// A tool error whose text fits the text budget.
+    fn tool_error(&self, text: String) -> CallToolResult {
+        tool_error(tool::error_text(text, self.inner.config.budgets.text_chars))
+    }
 }
 
 /// How to start a daemon, for the message a newcomer sees first.
@@ -367,6 +375,7 @@ impl ServerHandler for VivariumServer {
             tool::tool(
                 self.profiles().as_deref(),
                 &self.inner.config.default_profile,
+                self.inner.config.budgets,
             )
         })
     }
@@ -387,11 +396,11 @@ impl ServerHandler for VivariumServer {
         }
         let args = match tool::parse_args(request.arguments) {
             Ok(args) => args,
-            Err(text) => return Ok(tool_error(text).into()),
+            Err(text) => return Ok(self.tool_error(text).into()),
         };
         let _permit = match self.inner.limiter.admit() {
             Ok(permit) => permit,
-            Err(refusal) => return Ok(tool_error(refusal.to_string()).into()),
+            Err(refusal) => return Ok(self.tool_error(refusal.to_string()).into()),
         };
         Ok(self.run(args, &context).await.into())
     }

@@ -9,9 +9,31 @@ use serde::{Deserialize, Serialize};
 use vivarium_client::{format_bytes, limit_name, Outcome, ProfileInfo};
 use vivarium_proto::{ExitStatus, Reason};
 
-use crate::excerpt::{excerpt, tail_text, StreamExcerpt};
+use crate::excerpt::{excerpt_weighted, StreamExcerpt};
 
 pub const TOOL_NAME: &str = "run_python";
+
+/// Characters of a result's text content, by default: well under the 10,000 that Claude
+/// Code keeps of a tool result before it cuts the middle out.
+pub const DEFAULT_TEXT_CHARS: usize = 8_000;
+
+/// How much of a job's output a result carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budgets {
+    /// Characters of each stream's excerpt in `structuredContent`.
+    pub output_chars: usize,
+    /// Characters of the whole text content (the JSON text, escapes included).
+    pub text_chars: usize,
+}
+
+impl Default for Budgets {
+    fn default() -> Budgets {
+        Budgets {
+            output_chars: 8_000,
+            text_chars: DEFAULT_TEXT_CHARS,
+        }
+    }
+}
 
 /// Arguments of `run_python`.
 #[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
@@ -135,7 +157,7 @@ pub fn check_timeout(
 }
 
 /// The tool as `tools/list` shows it, described with the daemon's profiles when known.
-pub fn tool(profiles: Option<&[ProfileInfo]>, default_profile: &str) -> Tool {
+pub fn tool(profiles: Option<&[ProfileInfo]>, default_profile: &str, budgets: Budgets) -> Tool {
     let usable: Vec<&ProfileInfo> = profiles
         .unwrap_or_default()
         .iter()
@@ -182,7 +204,7 @@ pub fn tool(profiles: Option<&[ProfileInfo]>, default_profile: &str) -> Tool {
     let output = rmcp::handler::server::common::schema_for_output::<RunPythonResult>();
     Tool::new(
         TOOL_NAME,
-        description(&usable, default_profile),
+        description(&usable, default_profile, budgets),
         Arc::new(input),
     )
     .with_title("Run Python in a sandbox")
@@ -197,7 +219,7 @@ pub fn tool(profiles: Option<&[ProfileInfo]>, default_profile: &str) -> Tool {
 }
 
 /// The tool description: what the sandbox allows, then short examples.
-pub fn description(usable: &[&ProfileInfo], default_profile: &str) -> String {
+pub fn description(usable: &[&ProfileInfo], default_profile: &str, budgets: Budgets) -> String {
     let default = usable.iter().find(|p| p.name == default_profile);
     let network = match default {
         Some(p) if p.network => "network access",
@@ -221,11 +243,16 @@ pub fn description(usable: &[&ProfileInfo], default_profile: &str) -> String {
          between calls, writable /work and /tmp only, no pip; PyPI packages (wheels) can be named in \
          `packages` when the daemon's profile allows them (installed once, then cached); \
          {limits}. A Python exception or a limit hit is reported as an error with the \
-         traceback or the reason.\n\
+         traceback or the reason. The result is JSON (exit_code, reason, stdout, stderr, \
+         usage): structuredContent keeps up to {out} characters of each stream (head and \
+         tail); the text content is the same JSON, led by \"error\" when the run failed, \
+         with excerpts cut so that the whole text stays within {text} characters.\n\
          Examples: {{\"code\": \"print(sum(range(10)))\"}}; \
          {{\"code\": \"import sys; print(sys.stdin.read().upper())\", \"stdin\": \"hi\"}}; \
          {{\"code\": \"import time; time.sleep(5)\", \"timeout_seconds\": 2}}; \
-         {{\"code\": \"import numpy; print(numpy.eye(2))\", \"packages\": [\"numpy\"]}}"
+         {{\"code\": \"import numpy; print(numpy.eye(2))\", \"packages\": [\"numpy\"]}}",
+        out = budgets.output_chars,
+        text = budgets.text_chars,
     )
 }
 
@@ -237,14 +264,29 @@ pub fn result_of(
     budget: usize,
     packages: Option<&vivarium_proto::PackagesReport>,
 ) -> RunPythonResult {
+    result_with(
+        outcome,
+        (stdout, budget, 50),
+        (stderr, budget, 50),
+        packages,
+    )
+}
+
+/// [`result_of`] with each stream's own budget and head share: `(bytes, chars, head %)`.
+fn result_with(
+    outcome: &Outcome,
+    (stdout, out_chars, out_head): (&[u8], usize, usize),
+    (stderr, err_chars, err_head): (&[u8], usize, usize),
+    packages: Option<&vivarium_proto::PackagesReport>,
+) -> RunPythonResult {
     RunPythonResult {
         exit_code: match outcome.exit {
             ExitStatus::Code(c) => Some(c),
             ExitStatus::Signal(_) | ExitStatus::NotStarted => None,
         },
         reason: reason_name(outcome.reason).into(),
-        stdout: excerpt(stdout, budget, outcome.stdout_truncated),
-        stderr: excerpt(stderr, budget, outcome.stderr_truncated),
+        stdout: excerpt_weighted(stdout, out_chars, outcome.stdout_truncated, out_head),
+        stderr: excerpt_weighted(stderr, err_chars, outcome.stderr_truncated, err_head),
         wall_ms: outcome.usage.wall_ms,
         cpu_ms: outcome.usage.cpu_ms,
         peak_memory_bytes: outcome.usage.peak_memory_bytes,
@@ -262,33 +304,129 @@ pub fn result_of(
     }
 }
 
-/// The MCP result: success for a clean exit, `isError` otherwise, both with structured
-/// content and its JSON as text; errors lead with the trimmed traceback or the reason.
+/// What a result's text content holds: the structured result, led by `error` (why the
+/// run failed) for a failed run, with excerpts short enough for the text budget.
+#[derive(Serialize)]
+struct TextResult<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a str>,
+    #[serde(flatten)]
+    result: &'a RunPythonResult,
+}
+
+/// The MCP result: success for a clean exit, `isError` otherwise. `structuredContent` is
+/// the result with excerpts of `budgets.output_chars` per stream; the one text block is
+/// the same result as JSON, led by `error` for a failure, with the excerpts cut so that the
+/// whole text is at most `budgets.text_chars` characters (hosts that show the model only
+/// the text, and cut long results, get valid JSON with each excerpt once).
 pub fn call_result(
     outcome: &Outcome,
     stdout: &[u8],
     stderr: &[u8],
-    budget: usize,
+    budgets: Budgets,
     packages: Option<&vivarium_proto::PackagesReport>,
 ) -> CallToolResult {
-    let result = result_of(outcome, stdout, stderr, budget, packages);
+    let result = result_of(outcome, stdout, stderr, budgets.output_chars, packages);
     let value = serde_json::to_value(&result).expect("the result serializes");
-    if outcome.reason == Reason::Ok {
-        return CallToolResult::structured(value);
-    }
-    let mut error = CallToolResult::structured_error(value);
-    let summary = error_summary(outcome, stderr, budget);
-    error.content.insert(0, ContentBlock::text(summary));
-    error
+    let text = result_text(outcome, stdout, stderr, budgets, packages);
+    let mut call = if outcome.reason == Reason::Ok {
+        CallToolResult::structured(value)
+    } else {
+        CallToolResult::structured_error(value)
+    };
+    call.content = vec![ContentBlock::text(text)];
+    call
 }
 
-/// A human account of why a job failed: the traceback for an exception, else the reason.
-pub fn error_summary(outcome: &Outcome, stderr: &[u8], budget: usize) -> String {
+/// The text content of a finished job's result: at most `budgets.text_chars` characters
+/// when that leaves room for the fields (it is at least 1,000), and no excerpt longer than
+/// the structured one.
+pub fn result_text(
+    outcome: &Outcome,
+    stdout: &[u8],
+    stderr: &[u8],
+    budgets: Budgets,
+    packages: Option<&vivarium_proto::PackagesReport>,
+) -> String {
+    let budget = budgets.text_chars;
+    let error = (outcome.reason != Reason::Ok).then(|| failure_reason(outcome));
+    // A failure's stderr ends with the traceback: give its tail three quarters.
+    let err_head = if error.is_some() { 25 } else { 50 };
+    let render = |out_chars: usize, err_chars: usize| {
+        let mut result = result_with(
+            outcome,
+            (stdout, out_chars, 50),
+            (stderr, err_chars, err_head),
+            packages,
+        );
+        if let Some(p) = result.packages.as_mut() {
+            shorten_list(&mut p.resolved, budget / 4);
+        }
+        let text = TextResult {
+            error: error.as_deref(),
+            result: &result,
+        };
+        let json = serde_json::to_string(&text).expect("the result serializes");
+        let chars = json.chars().count();
+        (json, chars)
+    };
+    let (skeleton, fixed) = render(0, 0);
+    let room = budget.saturating_sub(fixed);
+    if room == 0 {
+        return skeleton;
+    }
+    // Split the room: a stream that needs less than half leaves the rest to the other.
+    let need =
+        |bytes: &[u8]| (String::from_utf8_lossy(bytes).chars().count()).min(budgets.output_chars);
+    let (out_need, err_need) = (need(stdout), need(stderr));
+    let (mut out_chars, mut err_chars) = if out_need + err_need <= room {
+        (out_need, err_need)
+    } else if out_need <= room / 2 {
+        (out_need, room - out_need)
+    } else if err_need <= room / 2 {
+        (room - err_need, err_need)
+    } else {
+        (room / 2, room - room / 2)
+    };
+    // JSON escapes (`\n`, `\"`, `\u0000`) make the text longer than its excerpts:
+    // shrink both in proportion until it fits.
+    for _ in 0..16 {
+        let (json, chars) = render(out_chars, err_chars);
+        if chars <= budget {
+            return json;
+        }
+        let used = chars - fixed;
+        let scale = |n: usize| (n as u128 * room as u128 / used as u128) as usize;
+        out_chars = scale(out_chars).saturating_sub(8);
+        err_chars = scale(err_chars).saturating_sub(8);
+    }
+    skeleton
+}
+
+/// Keep the items of `list` that fit in `max_chars`, then one saying how many were left.
+fn shorten_list(list: &mut Vec<String>, max_chars: usize) {
+    let mut used = 0;
+    let keep = list
+        .iter()
+        .take_while(|item| {
+            used += item.len() + 3;
+            used <= max_chars
+        })
+        .count();
+    if keep < list.len() {
+        let left = list.len() - keep;
+        list.truncate(keep);
+        list.push(format!("... {left} more (see structuredContent)"));
+    }
+}
+
+/// Why a job failed, in one line: the reason and the daemon's detail.
+pub fn failure_reason(outcome: &Outcome) -> String {
     let usage = &outcome.usage;
     let why = match outcome.reason {
         Reason::Ok => "the script succeeded".to_string(),
         Reason::Error => match outcome.exit {
-            ExitStatus::Code(c) => format!("the script exited with code {c}"),
+            ExitStatus::Code(c) => format!("the script exited with code {c}; see stderr"),
             _ => "the script failed".into(),
         },
         Reason::Timeout => format!(
@@ -313,26 +451,19 @@ pub fn error_summary(outcome: &Outcome, stderr: &[u8], budget: usize) -> String 
         Reason::Cancelled => "cancelled".into(),
         Reason::SandboxError => "the sandbox could not be built; the code never ran".into(),
     };
-    let mut text = why;
-    if !outcome.detail.is_empty() {
-        text.push_str(&format!(" ({})", outcome.detail));
+    if outcome.detail.is_empty() {
+        why
+    } else {
+        format!("{why} ({})", outcome.detail)
     }
-    let stderr = String::from_utf8_lossy(stderr);
-    let stderr = stderr.trim_end();
-    if !stderr.is_empty() {
-        // Keep the last traceback: what the model needs to fix the code.
-        let from = stderr
-            .rfind("Traceback (most recent call last):")
-            .unwrap_or(0);
-        let tail = tail_text(&stderr[from..], budget.min(4_000));
-        let cut = if tail.len() < stderr.len() - from || from > 0 {
-            "...\n"
-        } else {
-            ""
-        };
-        text.push_str(&format!("\nstderr:\n{cut}{tail}"));
+}
+
+/// A tool error's text, cut to `budget` characters (head and tail) when longer.
+pub fn error_text(text: String, budget: usize) -> String {
+    if text.chars().count() <= budget {
+        return text;
     }
-    text
+    excerpt_weighted(text.as_bytes(), budget, false, 50).text
 }
 
 #[cfg(test)]
@@ -414,7 +545,7 @@ mod tests {
     #[test]
     fn tool_metadata() {
         let profiles = [profile("default", false), profile("net", true)];
-        let t = tool(Some(&profiles[..1]), "default");
+        let t = tool(Some(&profiles[..1]), "default", Budgets::default());
         let a = t.annotations.clone().unwrap();
         assert_eq!(a.read_only_hint, Some(false));
         assert_eq!(a.destructive_hint, Some(false));
@@ -422,7 +553,10 @@ mod tests {
         assert_eq!(a.open_world_hint, Some(false));
         let d = t.description.clone().unwrap();
         assert!(
-            d.contains("no network") && d.contains("3.11") && d.contains("30 s wall"),
+            d.contains("no network")
+                && d.contains("3.11")
+                && d.contains("30 s wall")
+                && d.contains("within 8000 characters"),
             "{d}"
         );
         let schema = serde_json::Value::Object((*t.input_schema).clone());
@@ -444,10 +578,10 @@ mod tests {
         let out = serde_json::Value::Object((*t.output_schema.clone().unwrap()).clone());
         assert_eq!(out["type"], "object");
         // A profile with network makes the tool open-world.
-        let t = tool(Some(&profiles), "default");
+        let t = tool(Some(&profiles), "default", Budgets::default());
         assert_eq!(t.annotations.unwrap().open_world_hint, Some(true));
         // Unknown profiles: still closed-world, generic text.
-        let t = tool(None, "default");
+        let t = tool(None, "default", Budgets::default());
         assert_eq!(t.annotations.unwrap().open_world_hint, Some(false));
     }
 
@@ -467,7 +601,7 @@ mod tests {
             &outcome(Reason::Ok, ExitStatus::Code(0)),
             b"1\n",
             b"",
-            100,
+            Budgets::default(),
             None,
         );
         assert_eq!(r.is_error, Some(false));
@@ -485,22 +619,31 @@ mod tests {
             &outcome(Reason::Error, ExitStatus::Code(1)),
             b"",
             stderr,
-            1000,
+            Budgets::default(),
             None,
         );
         assert_eq!(r.is_error, Some(true));
         assert!(r.structured_content.is_some());
         let text = r.content[0].as_text().unwrap().text.clone();
-        assert!(text.starts_with("the script exited with code 1"), "{text}");
-        assert!(text.contains("ZeroDivisionError"), "{text}");
-        assert!(!text.contains("noise"), "{text}");
+        let json: serde_json::Value = serde_json::from_str(&text).expect("the text is JSON");
+        assert!(
+            text.starts_with(r#"{"error":"the script exited with code 1"#),
+            "{text}"
+        );
+        assert!(
+            json["stderr"]["text"]
+                .as_str()
+                .unwrap()
+                .contains("ZeroDivisionError"),
+            "{text}"
+        );
     }
 
     #[test]
     fn timeout_is_an_error_with_the_reason() {
         let mut o = outcome(Reason::Timeout, ExitStatus::Signal(9));
         o.limits_hit = vec![vivarium_proto::LimitKind::Wall];
-        let r = call_result(&o, b"", b"", 100, None);
+        let r = call_result(&o, b"", b"", Budgets::default(), None);
         assert_eq!(r.is_error, Some(true));
         let s = r.structured_content.clone().unwrap();
         assert_eq!(s["exit_code"], serde_json::Value::Null);
@@ -510,5 +653,108 @@ mod tests {
             .unwrap()
             .text
             .contains("wall-clock limit"));
+    }
+
+    fn text_of(r: &CallToolResult) -> String {
+        r.content
+            .iter()
+            .map(|c| c.as_text().expect("text content").text.clone())
+            .collect()
+    }
+
+    /// Every result's text fits its budget, is one JSON object, and holds each excerpt
+    /// once; structuredContent keeps the longer excerpts.
+    #[test]
+    fn text_fits_the_budget_as_json_with_each_excerpt_once() {
+        let mb = |c: &str| c.repeat(1 << 20);
+        let quoted: String = "\"q\"\n".repeat(300_000);
+        let control = "\u{1}".repeat(1 << 20);
+        let lines: String = (0..100_000).map(|i| format!("line {i}\n")).collect();
+        let traceback = format!(
+            "{}Traceback (most recent call last):\n  File \"<x>\", line 1\nValueError: bad\n",
+            "warning: noise\n".repeat(50_000)
+        );
+        let cases: Vec<(Reason, String, String)> = vec![
+            (Reason::Error, mb("o"), mb("e")),
+            (Reason::Error, lines.clone(), traceback.clone()),
+            (Reason::Ok, mb("x"), String::new()),
+            (Reason::Ok, quoted.clone(), quoted),
+            (Reason::OutputLimit, control.clone(), control),
+            (Reason::Ok, "1\n".into(), String::new()),
+            (Reason::Timeout, String::new(), String::new()),
+        ];
+        for (reason, out, err) in cases {
+            let exit = if reason == Reason::Ok {
+                ExitStatus::Code(0)
+            } else {
+                ExitStatus::Code(1)
+            };
+            for text_chars in [1_000, 4_000, DEFAULT_TEXT_CHARS, 9_999] {
+                let budgets = Budgets {
+                    output_chars: 8_000,
+                    text_chars,
+                };
+                let r = call_result(
+                    &outcome(reason, exit),
+                    out.as_bytes(),
+                    err.as_bytes(),
+                    budgets,
+                    None,
+                );
+                assert_eq!(r.content.len(), 1, "one text block");
+                let text = text_of(&r);
+                let chars = text.chars().count();
+                assert!(chars <= text_chars, "{reason:?}: {chars} > {text_chars}");
+                let json: serde_json::Value =
+                    serde_json::from_str(&text).expect("the text is valid JSON");
+                assert_eq!(json.get("error").is_some(), reason != Reason::Ok, "{text}");
+                let s = r.structured_content.clone().unwrap();
+                for stream in ["stdout", "stderr"] {
+                    let excerpt = json[stream]["text"].as_str().unwrap();
+                    assert_eq!(json[stream]["total_bytes"], s[stream]["total_bytes"]);
+                    // The text's excerpt appears once and is no longer than the structured one.
+                    assert!(
+                        excerpt.chars().count()
+                            <= s[stream]["text"].as_str().unwrap().chars().count()
+                    );
+                }
+                // The room is used: a large budget shows more than a marker.
+                if out.len() > 100_000 && text_chars >= 4_000 {
+                    assert!(
+                        chars > text_chars * 3 / 4,
+                        "{chars} of {text_chars}: {text}"
+                    );
+                }
+            }
+        }
+        // Each end of each stream appears once in the text.
+        let out = format!("OUT-HEAD\n{}OUT-TAIL\n", "o\n".repeat(1 << 19));
+        let err = format!("ERR-HEAD\n{}ERR-TAIL\n", "e\n".repeat(1 << 19));
+        let r = call_result(
+            &outcome(Reason::Error, ExitStatus::Code(1)),
+            out.as_bytes(),
+            err.as_bytes(),
+            Budgets::default(),
+            None,
+        );
+        let text = text_of(&r);
+        for sentinel in ["OUT-HEAD", "OUT-TAIL", "ERR-HEAD", "ERR-TAIL"] {
+            assert_eq!(text.matches(sentinel).count(), 1, "{sentinel}: {text}");
+        }
+        // A failure with a traceback keeps the traceback's end in the text.
+        let r = call_result(
+            &outcome(Reason::Error, ExitStatus::Code(1)),
+            lines.as_bytes(),
+            traceback.as_bytes(),
+            Budgets::default(),
+            None,
+        );
+        let json: serde_json::Value = serde_json::from_str(&text_of(&r)).unwrap();
+        let err = json["stderr"]["text"].as_str().unwrap();
+        assert!(err.ends_with("ValueError: bad\n"), "{err}");
+        assert!(json["stdout"]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("line 0\n"));
     }
 }

@@ -183,6 +183,26 @@ async def main_session() -> None:
         check(out["text"].startswith("line 0\n") and out["text"].endswith("line 49999\n"), "head and tail", out["text"][:50])
         ok("long output: head+tail excerpt with exact totals")
 
+        # A failing run with 1 MB on each stream: the text stays within the budget (8,000
+        # by default, under Claude Code's 10,000), is JSON, and holds each excerpt once.
+        code = (
+            "import sys\nprint('OUT-HEAD')\nsys.stderr.write('ERR-HEAD\\n')\n"
+            "for _ in range(10_000):\n    print('o' * 99)\n    sys.stderr.write('e' * 99 + '\\n')\n"
+            "print('OUT-TAIL')\n1/0\n"
+        )
+        r = await call(s, {"code": code})
+        sc = tool.valid(r)
+        check(r.get("isError") is True and sc["reason"] == "error", "the big failing run fails", sc["reason"])
+        check(len(r["content"]) == 1, "one text block", len(r["content"]))
+        text = r["content"][0]["text"]
+        check(len(text) <= 8000, "the text fits the budget", len(text))
+        as_json = json.loads(text)
+        check(as_json["error"].startswith("the script exited with code 1"), "the text leads with why", as_json["error"])
+        for sentinel in ("OUT-HEAD", "OUT-TAIL", "ERR-HEAD", "ZeroDivisionError"):
+            check(text.count(sentinel) == 1, f"{sentinel} once in the text", text)
+        check(sc["stdout"]["total_bytes"] == 1_000_018 and sc["stderr"]["truncated"], "structured totals", sc["stdout"])
+        ok(f"text budget: {len(text)} characters of JSON for 1 MB on both streams")
+
         for bad, needle in [
             ({}, "missing field `code`"),
             ({"code": 5}, "invalid type"),
