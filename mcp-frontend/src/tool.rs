@@ -119,6 +119,14 @@ pub fn parse_args(arguments: Option<JsonObject>) -> Result<RunPythonArgs, String
     let value = serde_json::Value::Object(arguments.unwrap_or_default());
     let args: RunPythonArgs = serde_json::from_value(value)
         .map_err(|e| format!("invalid arguments for {TOOL_NAME}: {e}"))?;
+    if let Some(p) = &args.packages {
+        if p.len() > MAX_PACKAGES {
+            return Err(format!(
+                "invalid arguments for {TOOL_NAME}: packages names {} requirements; at most {MAX_PACKAGES}",
+                p.len()
+            ));
+        }
+    }
     if let Some(t) = args.timeout_seconds {
         if !(t.is_finite() && t > 0.0) {
             return Err(format!(
@@ -167,6 +175,8 @@ pub fn tool(profiles: Option<&[ProfileInfo]>, default_profile: &str, budgets: Bu
     let mut input = (*rmcp::handler::server::common::schema_for_input::<RunPythonArgs>()
         .expect("RunPythonArgs has an object schema"))
     .clone();
+    portable(&mut input, true);
+    constrain_input(&mut input, &usable);
     // Doc comments wrap lines; descriptions read better as one paragraph each.
     if let Some(serde_json::Value::Object(props)) = input.get_mut("properties") {
         for prop in props.values_mut() {
@@ -201,14 +211,17 @@ pub fn tool(profiles: Option<&[ProfileInfo]>, default_profile: &str, budgets: Bu
             }
         }
     }
-    let output = rmcp::handler::server::common::schema_for_output::<RunPythonResult>();
+    let mut output =
+        (*rmcp::handler::server::common::schema_for_output::<RunPythonResult>()).clone();
+    portable(&mut output, false);
+    constrain_output(&mut output);
     Tool::new(
         TOOL_NAME,
         description(&usable, default_profile, budgets),
         Arc::new(input),
     )
     .with_title("Run Python in a sandbox")
-    .with_raw_output_schema(output)
+    .with_raw_output_schema(Arc::new(output))
     .with_annotations(
         ToolAnnotations::with_title("Run Python in a sandbox")
             .read_only(false)
@@ -216,6 +229,146 @@ pub fn tool(profiles: Option<&[ProfileInfo]>, default_profile: &str, budgets: Bu
             .idempotent(false)
             .open_world(network),
     )
+}
+
+/// Every `reason` a result can carry ([`reason_name`]).
+pub const REASONS: [&str; 11] = [
+    "ok",
+    "error",
+    "timeout",
+    "cpu_limit",
+    "oom",
+    "pids",
+    "output_limit",
+    "signal",
+    "seccomp",
+    "cancelled",
+    "sandbox_error",
+];
+
+/// Every item `limits_hit` can carry (`vivarium_client::limit_name`).
+pub const LIMITS: [&str; 7] = ["wall", "cpu", "memory", "pids", "stdout", "stderr", "disk"];
+
+/// Most requirements a job may name, explicit and PEP 723 together (the daemon's
+/// `MAX_REQUIREMENTS`, daemon/src/packages/spec.rs).
+pub const MAX_PACKAGES: usize = 64;
+
+/// The JSON Schema formats of draft 2020-12 (section 7.3); others are dropped.
+const STANDARD_FORMATS: [&str; 19] = [
+    "date-time",
+    "date",
+    "time",
+    "duration",
+    "email",
+    "idn-email",
+    "hostname",
+    "idn-hostname",
+    "ipv4",
+    "ipv6",
+    "uri",
+    "uri-reference",
+    "iri",
+    "iri-reference",
+    "uuid",
+    "uri-template",
+    "json-pointer",
+    "relative-json-pointer",
+    "regex",
+];
+
+/// Make a schemars schema portable: only standard `format`s (schemars writes `uint64`,
+/// `int32`, `double`, which clients on the TypeScript SDK warn about) and, for an input,
+/// optional properties as plain types (`"string"`, not `["string", "null"]` with
+/// `default: null`), which some clients cannot read.
+fn portable(schema: &mut JsonObject, input: bool) {
+    fn walk(value: &mut serde_json::Value) {
+        match value {
+            serde_json::Value::Object(map) => {
+                if map
+                    .get("format")
+                    .and_then(|f| f.as_str())
+                    .is_some_and(|f| !STANDARD_FORMATS.contains(&f))
+                {
+                    map.remove("format");
+                }
+                map.values_mut().for_each(walk);
+            }
+            serde_json::Value::Array(items) => items.iter_mut().for_each(walk),
+            _ => {}
+        }
+    }
+    for value in schema.values_mut() {
+        walk(value);
+    }
+    if !input {
+        return;
+    }
+    let required: Vec<String> = match schema.get("required") {
+        Some(serde_json::Value::Array(r)) => r
+            .iter()
+            .filter_map(|v| v.as_str().map(String::from))
+            .collect(),
+        _ => vec![],
+    };
+    if let Some(serde_json::Value::Object(props)) = schema.get_mut("properties") {
+        for (name, prop) in props.iter_mut() {
+            let serde_json::Value::Object(prop) = prop else {
+                continue;
+            };
+            if required.contains(name) {
+                continue;
+            }
+            if let Some(serde_json::Value::Array(types)) = prop.get("type") {
+                let types: Vec<serde_json::Value> =
+                    types.iter().filter(|t| *t != "null").cloned().collect();
+                if types.len() == 1 {
+                    prop.insert("type".into(), types[0].clone());
+                }
+            }
+            if prop.get("default") == Some(&serde_json::Value::Null) {
+                prop.remove("default");
+            }
+        }
+    }
+}
+
+/// The input constraints that are known: a positive timeout at most the longest wall limit
+/// of the usable profiles, their names, and how many packages a job may name.
+fn constrain_input(schema: &mut JsonObject, usable: &[&ProfileInfo]) {
+    let Some(serde_json::Value::Object(props)) = schema.get_mut("properties") else {
+        return;
+    };
+    if let Some(serde_json::Value::Object(t)) = props.get_mut("timeout_seconds") {
+        t.insert("exclusiveMinimum".into(), 0.into());
+        if let Some(ms) = usable.iter().map(|p| p.max.wall_ms).max() {
+            t.insert("maximum".into(), (ms as f64 / 1000.0).into());
+        }
+    }
+    if let Some(serde_json::Value::Object(p)) = props.get_mut("profile") {
+        if !usable.is_empty() {
+            let names: Vec<serde_json::Value> =
+                usable.iter().map(|p| p.name.clone().into()).collect();
+            p.insert("enum".into(), names.into());
+        }
+    }
+    if let Some(serde_json::Value::Object(p)) = props.get_mut("packages") {
+        p.insert("maxItems".into(), MAX_PACKAGES.into());
+    }
+}
+
+/// The output's enums: `reason` and the items of `limits_hit`.
+fn constrain_output(schema: &mut JsonObject) {
+    let Some(serde_json::Value::Object(props)) = schema.get_mut("properties") else {
+        return;
+    };
+    if let Some(serde_json::Value::Object(r)) = props.get_mut("reason") {
+        r.insert("enum".into(), REASONS.to_vec().into());
+    }
+    if let Some(serde_json::Value::Object(items)) =
+        props.get_mut("limits_hit").and_then(|l| l.get_mut("items"))
+    {
+        items.insert("enum".into(), LIMITS.to_vec().into());
+    }
 }
 
 /// The tool description: what the sandbox allows, then short examples.
@@ -756,5 +909,104 @@ mod tests {
             .as_str()
             .unwrap()
             .starts_with("line 0\n"));
+    }
+
+    /// Collect every `format` and every type array in a schema.
+    fn formats_and_type_arrays(v: &serde_json::Value, found: &mut Vec<String>) {
+        match v {
+            serde_json::Value::Object(m) => {
+                for (k, v) in m {
+                    if k == "format" || (k == "type" && v.is_array()) {
+                        found.push(format!("{k}: {v}"));
+                    }
+                    formats_and_type_arrays(v, found);
+                }
+            }
+            serde_json::Value::Array(a) => a.iter().for_each(|v| formats_and_type_arrays(v, found)),
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn schemas_are_portable_and_constrained() {
+        let mut long = profile("long", false);
+        long.max.wall_ms = 120_000;
+        let mut off = profile("off", false);
+        off.disabled = Some("no cgroups".into());
+        let profiles = [profile("default", false), long, off];
+        let t = tool(Some(&profiles), "default", Budgets::default());
+        let input = serde_json::Value::Object((*t.input_schema).clone());
+        let output = serde_json::Value::Object((*t.output_schema.clone().unwrap()).clone());
+        let mut found = vec![];
+        formats_and_type_arrays(&input, &mut found);
+        assert_eq!(found, Vec::<String>::new(), "input: {input}");
+        // The output keeps null where a field is null (exit_code), but no odd formats.
+        let mut found = vec![];
+        formats_and_type_arrays(&output, &mut found);
+        assert!(found.iter().all(|f| !f.starts_with("format")), "{found:?}");
+        let props = &input["properties"];
+        assert_eq!(props["stdin"]["type"], "string");
+        assert!(props["stdin"].get("default").is_none(), "{props}");
+        assert_eq!(props["packages"]["type"], "array");
+        assert_eq!(props["packages"]["items"]["type"], "string");
+        assert_eq!(props["packages"]["maxItems"], MAX_PACKAGES);
+        assert_eq!(props["timeout_seconds"]["type"], "number");
+        assert_eq!(props["timeout_seconds"]["exclusiveMinimum"], 0);
+        assert_eq!(props["timeout_seconds"]["maximum"], 120.0);
+        assert_eq!(
+            props["profile"]["enum"],
+            serde_json::json!(["default", "long"])
+        );
+        let out = &output["properties"];
+        assert_eq!(out["reason"]["enum"], serde_json::json!(REASONS));
+        assert_eq!(
+            out["limits_hit"]["items"]["enum"],
+            serde_json::json!(LIMITS)
+        );
+        assert_eq!(out["wall_ms"]["minimum"], 0);
+        // Every reason and limit name is in its enum.
+        use vivarium_proto::LimitKind as L;
+        for r in [
+            Reason::Ok,
+            Reason::Error,
+            Reason::Timeout,
+            Reason::CpuLimit,
+            Reason::Oom,
+            Reason::Pids,
+            Reason::OutputLimit,
+            Reason::Signal,
+            Reason::Seccomp,
+            Reason::Cancelled,
+            Reason::SandboxError,
+        ] {
+            assert!(REASONS.contains(&reason_name(r)));
+        }
+        for l in [
+            L::Wall,
+            L::Cpu,
+            L::Memory,
+            L::Pids,
+            L::Stdout,
+            L::Stderr,
+            L::Disk,
+        ] {
+            assert!(LIMITS.contains(&limit_name(l)));
+        }
+        // Without a daemon: no enum, no maximum, but still the positive bound.
+        let t = tool(None, "default", Budgets::default());
+        let props = serde_json::Value::Object((*t.input_schema).clone())["properties"].clone();
+        assert!(props["profile"].get("enum").is_none());
+        assert!(props["timeout_seconds"].get("maximum").is_none());
+        assert_eq!(props["timeout_seconds"]["exclusiveMinimum"], 0);
+        // Too many packages is a tool error naming the bound.
+        let many: Vec<String> = (0..65).map(|i| format!("p{i}")).collect();
+        let e = parse_args(Some(
+            serde_json::json!({"code": "1", "packages": many})
+                .as_object()
+                .unwrap()
+                .clone(),
+        ))
+        .unwrap_err();
+        assert!(e.contains("at most 64"), "{e}");
     }
 }

@@ -123,8 +123,23 @@ async def list_and_validate(s: ClientSession) -> Tool:
     check(t["inputSchema"]["required"] == ["code"], "only code is required", t["inputSchema"])
     props = t["inputSchema"]["properties"]
     check(set(props) == {"code", "stdin", "timeout_seconds", "profile", "packages"}, "parameters", props)
-    check(props["packages"]["type"] == ["array", "null"] or "anyOf" in props["packages"] or props["packages"].get("type") in ("array", ["array", "null"]),
-          "packages is a list of requirement strings", props["packages"])
+    check(props["packages"]["type"] == "array" and props["packages"]["items"] == {"type": "string"},
+          "packages is a plain list of requirement strings", props["packages"])
+    for name, p in props.items():
+        check(not isinstance(p.get("type"), list) and "default" not in p, f"{name} is a plain optional property", p)
+    check(props["timeout_seconds"]["exclusiveMinimum"] == 0 and props["timeout_seconds"]["maximum"] >= 30,
+          "timeout_seconds is bounded", props["timeout_seconds"])
+    check("default" in props["profile"]["enum"], "profile lists the profile names", props["profile"])
+
+    def formats(v: object) -> list[str]:
+        if isinstance(v, dict):
+            return ([v["format"]] if isinstance(v.get("format"), str) else []) + [f for x in v.values() for f in formats(x)]
+        if isinstance(v, list):
+            return [f for x in v for f in formats(x)]
+        return []
+
+    check(formats(t["inputSchema"]) + formats(t["outputSchema"]) == [], "only standard formats (none here)", t)
+    check("ok" in t["outputSchema"]["properties"]["reason"]["enum"], "reason is an enum", t["outputSchema"])
     for name, p in props.items():
         check(len(p.get("description", "")) > 20, f"parameter {name} is described", p)
     check("`default`" in props["profile"]["description"], "profile names the daemon's profiles", props["profile"])
