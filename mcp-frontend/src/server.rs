@@ -195,6 +195,9 @@ impl VivariumServer {
             &stderr,
             config.budgets,
             handle.packages(),
+            self.profiles()
+                .and_then(|ps| ps.into_iter().find(|p| p.name == outcome.profile))
+                .map(|p| p.max.output_bytes),
         )
     }
 }

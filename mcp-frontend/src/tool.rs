@@ -478,10 +478,11 @@ pub fn call_result(
     stderr: &[u8],
     budgets: Budgets,
     packages: Option<&vivarium_proto::PackagesReport>,
+    output_cap: Option<u64>,
 ) -> CallToolResult {
     let result = result_of(outcome, stdout, stderr, budgets.output_chars, packages);
     let value = serde_json::to_value(&result).expect("the result serializes");
-    let text = result_text(outcome, stdout, stderr, budgets, packages);
+    let text = result_text(outcome, stdout, stderr, budgets, packages, output_cap);
     let mut call = if outcome.reason == Reason::Ok {
         CallToolResult::structured(value)
     } else {
@@ -500,9 +501,10 @@ pub fn result_text(
     stderr: &[u8],
     budgets: Budgets,
     packages: Option<&vivarium_proto::PackagesReport>,
+    output_cap: Option<u64>,
 ) -> String {
     let budget = budgets.text_chars;
-    let error = (outcome.reason != Reason::Ok).then(|| failure_reason(outcome));
+    let error = (outcome.reason != Reason::Ok).then(|| failure_reason(outcome, output_cap));
     // A failure's stderr ends with the traceback: give its tail three quarters.
     let err_head = if error.is_some() { 25 } else { 50 };
     let render = |out_chars: usize, err_chars: usize| {
@@ -574,7 +576,7 @@ fn shorten_list(list: &mut Vec<String>, max_chars: usize) {
 }
 
 /// Why a job failed, in one line: the reason and the daemon's detail.
-pub fn failure_reason(outcome: &Outcome) -> String {
+pub fn failure_reason(outcome: &Outcome, output_cap: Option<u64>) -> String {
     let usage = &outcome.usage;
     let why = match outcome.reason {
         Reason::Ok => "the script succeeded".to_string(),
@@ -595,7 +597,7 @@ pub fn failure_reason(outcome: &Outcome) -> String {
             format_bytes(usage.peak_memory_bytes)
         ),
         Reason::Pids => "the process limit refused a fork and the script failed".into(),
-        Reason::OutputLimit => "killed: an output stream exceeded the sandbox's cap".into(),
+        Reason::OutputLimit => output_limit_reason(outcome, output_cap),
         Reason::Signal => match outcome.exit {
             ExitStatus::Signal(s) => format!("killed by signal {s}"),
             _ => "killed by a signal".into(),
@@ -609,6 +611,36 @@ pub fn failure_reason(outcome: &Outcome) -> String {
     } else {
         format!("{why} ({})", outcome.detail)
     }
+}
+
+/// Which stream went over the sandbox's output cap, and the cap (the profile's
+/// `output_bytes`) when the daemon's profile list gave it.
+fn output_limit_reason(outcome: &Outcome, cap: Option<u64>) -> String {
+    use vivarium_proto::LimitKind;
+    let streams: Vec<&str> = [
+        (LimitKind::Stdout, outcome.stdout_truncated, "stdout"),
+        (LimitKind::Stderr, outcome.stderr_truncated, "stderr"),
+    ]
+    .into_iter()
+    .filter(|(kind, truncated, _)| *truncated || outcome.limits_hit.contains(kind))
+    .map(|(_, _, name)| name)
+    .collect();
+    let streams = match streams.len() {
+        0 => "an output stream".to_string(),
+        _ => streams.join(" and "),
+    };
+    let cap = match cap {
+        Some(b) => format!(
+            "the cap of {} ({b} bytes) per output stream of profile `{}`",
+            format_bytes(b),
+            outcome.profile
+        ),
+        None => format!("the per-stream output cap of profile `{}`", outcome.profile),
+    };
+    format!(
+        "killed: {streams} went over {cap}; print less, or write large results to a file \
+         and print a summary"
+    )
 }
 
 /// A tool error's text, cut to `budget` characters (head and tail) when longer.
@@ -756,6 +788,7 @@ mod tests {
             b"",
             Budgets::default(),
             None,
+            None,
         );
         assert_eq!(r.is_error, Some(false));
         let s = r.structured_content.unwrap();
@@ -773,6 +806,7 @@ mod tests {
             b"",
             stderr,
             Budgets::default(),
+            None,
             None,
         );
         assert_eq!(r.is_error, Some(true));
@@ -796,7 +830,7 @@ mod tests {
     fn timeout_is_an_error_with_the_reason() {
         let mut o = outcome(Reason::Timeout, ExitStatus::Signal(9));
         o.limits_hit = vec![vivarium_proto::LimitKind::Wall];
-        let r = call_result(&o, b"", b"", Budgets::default(), None);
+        let r = call_result(&o, b"", b"", Budgets::default(), None, None);
         assert_eq!(r.is_error, Some(true));
         let s = r.structured_content.clone().unwrap();
         assert_eq!(s["exit_code"], serde_json::Value::Null);
@@ -853,6 +887,7 @@ mod tests {
                     err.as_bytes(),
                     budgets,
                     None,
+                    None,
                 );
                 assert_eq!(r.content.len(), 1, "one text block");
                 let text = text_of(&r);
@@ -889,6 +924,7 @@ mod tests {
             err.as_bytes(),
             Budgets::default(),
             None,
+            None,
         );
         let text = text_of(&r);
         for sentinel in ["OUT-HEAD", "OUT-TAIL", "ERR-HEAD", "ERR-TAIL"] {
@@ -900,6 +936,7 @@ mod tests {
             lines.as_bytes(),
             traceback.as_bytes(),
             Budgets::default(),
+            None,
             None,
         );
         let json: serde_json::Value = serde_json::from_str(&text_of(&r)).unwrap();
@@ -1008,5 +1045,29 @@ mod tests {
         ))
         .unwrap_err();
         assert!(e.contains("at most 64"), "{e}");
+    }
+
+    #[test]
+    fn output_limit_names_the_stream_and_the_cap() {
+        let mut o = outcome(Reason::OutputLimit, ExitStatus::Signal(9));
+        o.limits_hit = vec![vivarium_proto::LimitKind::Stdout];
+        o.stdout_truncated = true;
+        o.usage.stdout_bytes = 1_142_784;
+        let why = failure_reason(&o, Some(1 << 20));
+        assert!(
+            why.contains(
+                "stdout went over the cap of 1M (1048576 bytes) per output stream of profile `default`"
+            ),
+            "{why}"
+        );
+        assert!(!why.contains("stderr"), "{why}");
+        o.limits_hit = vec![vivarium_proto::LimitKind::Stderr];
+        o.stdout_truncated = false;
+        o.stderr_truncated = true;
+        let why = failure_reason(&o, None);
+        assert!(
+            why.contains("stderr went over the per-stream output cap of profile `default`"),
+            "{why}"
+        );
     }
 }

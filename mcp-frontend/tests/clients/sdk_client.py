@@ -218,6 +218,14 @@ async def main_session() -> None:
         check(sc["stdout"]["total_bytes"] == 1_000_018 and sc["stderr"]["truncated"], "structured totals", sc["stdout"])
         ok(f"text budget: {len(text)} characters of JSON for 1 MB on both streams")
 
+        r = await call(s, {"code": "print('x' * 10_000_000)"})
+        sc = tool.valid(r)
+        why = json.loads(r["content"][0]["text"])["error"]
+        check(sc["reason"] == "output_limit" and "stdout went over the cap of 1M (1048576 bytes) per output stream" in why,
+              "the output-limit text names the stream and the cap", why)
+        check(len(r["content"][0]["text"]) <= 8000, "the 10 MB print's text fits", len(r["content"][0]["text"]))
+        ok(f"output limit: {why!r}")
+
         for bad, needle in [
             ({}, "missing field `code`"),
             ({"code": 5}, "invalid type"),
