@@ -116,7 +116,9 @@ pub fn reason_name(reason: Reason) -> &'static str {
 
 /// Parse a call's arguments; the error text is meant for the model.
 pub fn parse_args(arguments: Option<JsonObject>) -> Result<RunPythonArgs, String> {
-    let value = serde_json::Value::Object(arguments.unwrap_or_default());
+    let arguments = arguments.unwrap_or_default();
+    check_types(&arguments).map_err(|e| format!("invalid arguments for {TOOL_NAME}: {e}"))?;
+    let value = serde_json::Value::Object(arguments);
     let args: RunPythonArgs = serde_json::from_value(value)
         .map_err(|e| format!("invalid arguments for {TOOL_NAME}: {e}"))?;
     if let Some(p) = &args.packages {
@@ -130,11 +132,67 @@ pub fn parse_args(arguments: Option<JsonObject>) -> Result<RunPythonArgs, String
     if let Some(t) = args.timeout_seconds {
         if !(t.is_finite() && t > 0.0) {
             return Err(format!(
-                "invalid arguments for {TOOL_NAME}: timeout_seconds must be a positive number of seconds, got {t}"
+                "invalid arguments for {TOOL_NAME}: `timeout_seconds` must be a number of seconds greater than 0, got {t}"
             ));
         }
     }
     Ok(args)
+}
+
+/// The parameters and what each must be, in the schema's words.
+const PARAMETERS: [(&str, &str); 5] = [
+    ("code", "a string of Python source"),
+    ("stdin", "a string"),
+    ("timeout_seconds", "a number of seconds greater than 0"),
+    ("profile", "a string naming a profile"),
+    ("packages", "an array of strings (PEP 508 requirements)"),
+];
+
+/// Check each argument's JSON type before serde does, so that a wrong one is described
+/// as the schema says (`a number of seconds`), not as a Rust type (`expected f64`).
+fn check_types(arguments: &JsonObject) -> Result<(), String> {
+    use serde_json::Value;
+    fn kind(v: &Value) -> &'static str {
+        match v {
+            Value::Null => "null",
+            Value::Bool(_) => "a boolean",
+            Value::Number(_) => "a number",
+            Value::String(_) => "a string",
+            Value::Array(_) => "an array",
+            Value::Object(_) => "an object",
+        }
+    }
+    for (name, value) in arguments {
+        let Some((_, must)) = PARAMETERS.iter().find(|(n, _)| n == name) else {
+            let names: Vec<String> = PARAMETERS.iter().map(|(n, _)| format!("`{n}`")).collect();
+            return Err(format!(
+                "unknown field `{name}`; the parameters are {}",
+                names.join(", ")
+            ));
+        };
+        // An optional parameter may be null (as if omitted); `code` may not.
+        let fits = match (name.as_str(), value) {
+            (_, Value::Null) => name != "code",
+            ("timeout_seconds", v) => v.is_number(),
+            ("packages", Value::Array(items)) => items.iter().all(Value::is_string),
+            ("packages", _) => false,
+            (_, v) => v.is_string(),
+        };
+        if !fits {
+            let got = match value {
+                Value::Array(items) if name == "packages" => {
+                    let bad = items.iter().find(|i| !i.is_string()).map_or("null", kind);
+                    format!("an array with {bad} in it")
+                }
+                v => kind(v).to_string(),
+            };
+            return Err(format!("`{name}` must be {must}, got {got}"));
+        }
+    }
+    if !arguments.contains_key("code") {
+        return Err("missing field `code` (a string of Python source)".into());
+    }
+    Ok(())
 }
 
 /// Milliseconds for a timeout in seconds, rounded up, at least 1.
@@ -724,7 +782,7 @@ mod tests {
                 .clone(),
         ))
         .unwrap_err();
-        assert!(negative.contains("positive"), "{negative}");
+        assert!(negative.contains("greater than 0"), "{negative}");
     }
 
     #[test]
@@ -1069,5 +1127,61 @@ mod tests {
             why.contains("stderr went over the per-stream output cap of profile `default`"),
             "{why}"
         );
+    }
+
+    #[test]
+    fn type_errors_use_the_schemas_words() {
+        let err =
+            |v: serde_json::Value| parse_args(Some(v.as_object().unwrap().clone())).unwrap_err();
+        for (args, needle) in [
+            (
+                serde_json::json!({"code": 5}),
+                "`code` must be a string of Python source, got a number",
+            ),
+            (
+                serde_json::json!({"code": "1", "timeout_seconds": "2"}),
+                "`timeout_seconds` must be a number of seconds greater than 0, got a string",
+            ),
+            (
+                serde_json::json!({"code": "1", "timeout_seconds": 0}),
+                "`timeout_seconds` must be a number of seconds greater than 0, got 0",
+            ),
+            (
+                serde_json::json!({"code": "1", "packages": "numpy"}),
+                "`packages` must be an array of strings (PEP 508 requirements), got a string",
+            ),
+            (
+                serde_json::json!({"code": "1", "packages": ["a", 1]}),
+                "got an array with a number in it",
+            ),
+            (
+                serde_json::json!({"code": "1", "stdin": true}),
+                "`stdin` must be a string, got a boolean",
+            ),
+            (
+                serde_json::json!({"code": null}),
+                "`code` must be a string of Python source, got null",
+            ),
+            (
+                serde_json::json!({"code": "1", "cmd": 1}),
+                "unknown field `cmd`; the parameters are `code`",
+            ),
+            (serde_json::json!({}), "missing field `code`"),
+        ] {
+            let e = err(args.clone());
+            assert!(e.contains(needle), "{args}: {e}");
+            for rust in ["f64", "u64", "i32", "Vec", "Option", "sequence"] {
+                assert!(!e.contains(rust), "{args}: {e}");
+            }
+        }
+        // Null optional parameters count as omitted.
+        let ok = parse_args(Some(
+            serde_json::json!({"code": "1", "stdin": null, "packages": null, "timeout_seconds": null})
+                .as_object()
+                .unwrap()
+                .clone(),
+        ))
+        .unwrap();
+        assert_eq!(ok.stdin, None);
     }
 }

@@ -228,9 +228,10 @@ async def main_session() -> None:
 
         for bad, needle in [
             ({}, "missing field `code`"),
-            ({"code": 5}, "invalid type"),
+            ({"code": 5}, "`code` must be a string of Python source, got a number"),
+            ({"code": "1", "timeout_seconds": "2"}, "`timeout_seconds` must be a number of seconds greater than 0"),
             ({"code": "1", "cmd": "x"}, "unknown field `cmd`"),
-            ({"code": "1", "timeout_seconds": -1}, "positive"),
+            ({"code": "1", "timeout_seconds": -1}, "greater than 0"),
             ({"code": "1", "timeout_seconds": 3600}, "timeout_seconds"),
             ({"code": "1", "profile": "nope"}, "invalid profile"),
         ]:
