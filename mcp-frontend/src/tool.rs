@@ -50,7 +50,7 @@ pub struct RunPythonArgs {
     /// which also applies when omitted.
     #[serde(default)]
     pub timeout_seconds: Option<f64>,
-    /// Sandbox profile to run under (see the tool description); `default` when omitted.
+    /// Sandbox profile to run under; the server's default profile when omitted.
     #[serde(default)]
     pub profile: Option<String>,
     /// PyPI packages to install before the run, as PEP 508 requirements (e.g.
@@ -235,15 +235,20 @@ pub fn tool(profiles: Option<&[ProfileInfo]>, default_profile: &str, budgets: Bu
     .clone();
     portable(&mut input, true);
     constrain_input(&mut input, &usable);
-    // Doc comments wrap lines; descriptions read better as one paragraph each.
-    if let Some(serde_json::Value::Object(props)) = input.get_mut("properties") {
-        for prop in props.values_mut() {
-            if let Some(serde_json::Value::String(d)) = prop.get_mut("description") {
-                *d = d.replace('\n', " ");
-            }
+    if usable.is_empty() {
+        // Before the daemon answers there is no list to point at.
+        let text = format!(
+            "Sandbox profile; `{default_profile}` when omitted. The daemon's profiles are \
+             listed here once it answers (the list refreshes); a name it does not know is \
+             refused with the ones it has."
+        );
+        if let Some(serde_json::Value::Object(p)) = input
+            .get_mut("properties")
+            .and_then(|props| props.get_mut("profile"))
+        {
+            p.insert("description".into(), text.into());
         }
-    }
-    if !usable.is_empty() {
+    } else {
         let names: Vec<String> = usable
             .iter()
             .map(|p| format!("`{}` ({})", p.name, p.description))
@@ -342,6 +347,10 @@ fn portable(schema: &mut JsonObject, input: bool) {
     fn walk(value: &mut serde_json::Value) {
         match value {
             serde_json::Value::Object(map) => {
+                // Doc comments wrap lines; a description reads better as one paragraph.
+                if let Some(serde_json::Value::String(d)) = map.get_mut("description") {
+                    *d = d.replace('\n', " ");
+                }
                 if map
                     .get("format")
                     .and_then(|f| f.as_str())
@@ -449,7 +458,7 @@ pub fn description(usable: &[&ProfileInfo], default_profile: &str, budgets: Budg
         None => "the daemon's profile limits on time, CPU, memory, processes and output".into(),
     };
     format!(
-        "Run a Python 3.11 script in a fresh, disposable Linux sandbox and return its exit \
+        "Run a Python 3 script in a fresh, disposable Linux sandbox and return its exit \
          code, stdout, stderr and resource use. Each call starts clean: {network}, no state \
          between calls, writable /work and /tmp only, no pip; PyPI packages (wheels) can be named in \
          `packages` when the daemon's profile allows them (installed once, then cached); \
@@ -797,7 +806,7 @@ mod tests {
         let d = t.description.clone().unwrap();
         assert!(
             d.contains("no network")
-                && d.contains("3.11")
+                && d.contains("Python 3 script")
                 && d.contains("30 s wall")
                 && d.contains("within 8000 characters"),
             "{d}"
@@ -1035,6 +1044,12 @@ mod tests {
         let mut found = vec![];
         formats_and_type_arrays(&input, &mut found);
         assert_eq!(found, Vec::<String>::new(), "input: {input}");
+        for schema in [&input, &output] {
+            assert!(
+                !schema.to_string().contains("\\n"),
+                "a hard line break: {schema}"
+            );
+        }
         // The output keeps null where a field is null (exit_code), but no odd formats.
         let mut found = vec![];
         formats_and_type_arrays(&output, &mut found);
@@ -1092,6 +1107,11 @@ mod tests {
         let props = serde_json::Value::Object((*t.input_schema).clone())["properties"].clone();
         assert!(props["profile"].get("enum").is_none());
         assert!(props["timeout_seconds"].get("maximum").is_none());
+        let d = props["profile"]["description"].as_str().unwrap();
+        assert!(
+            !d.contains("tool description") && d.contains("once it answers"),
+            "{d}"
+        );
         assert_eq!(props["timeout_seconds"]["exclusiveMinimum"], 0);
         // Too many packages is a tool error naming the bound.
         let many: Vec<String> = (0..65).map(|i| format!("p{i}")).collect();
