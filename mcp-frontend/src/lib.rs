@@ -61,10 +61,16 @@ pub async fn serve_stdio(config: Config) -> Result<(), ServeError> {
         inner: tokio::io::stdin(),
         eof: eof_tx,
     };
-    let service = server
-        .serve((stdin, tokio::io::stdout()))
-        .await
-        .map_err(|e| ServeError::Start(Box::new(e)))?;
+    let service = match server.serve((stdin, tokio::io::stdout())).await {
+        Ok(service) => service,
+        // EOF before `initialize`: a probe, or a 2026-07-28 client that only asked
+        // `server/discover`. Nothing went wrong.
+        Err(rmcp::service::ServerInitializeError::ConnectionClosed(during)) => {
+            tracing::info!(during, "the client closed the connection without a session");
+            return Ok(());
+        }
+        Err(e) => return Err(ServeError::Start(Box::new(e))),
+    };
     let mut eof = eof_rx;
     let waiting = service.waiting();
     tokio::pin!(waiting);

@@ -289,6 +289,21 @@ async def modern_session() -> None:
     ok("2026-07-28 (server/discover, stateless) client works")
 
 
+async def discover_only_session() -> None:
+    """A 2026-07-28 client that only asks server/discover and closes: a normal end."""
+    import tempfile
+
+    with tempfile.TemporaryFile("w+") as errlog:
+        async with stdio_client(params(), errlog=errlog) as (read, write):
+            async with ClientSession(read, write) as s:
+                await s.discover()
+        await anyio.sleep(0.2)
+        errlog.seek(0)
+        log = errlog.read()
+    check("could not start" not in log and "ERROR" not in log, "no error log after discover-only", log)
+    ok("discover-only session: the server ends without an error")
+
+
 async def limits_sessions() -> None:
     async with session("--max-calls-per-minute", "2") as s:
         for _ in range(2):
@@ -418,6 +433,7 @@ async def amain() -> None:
     if ARGS.packages_profile:
         await packages_session()
     await modern_session()
+    await discover_only_session()
     await limits_sessions()
     await no_daemon_session()
 
