@@ -9,6 +9,7 @@
 
 pub mod excerpt;
 pub mod limiter;
+pub mod lines;
 pub mod server;
 pub mod tool;
 
@@ -58,7 +59,7 @@ pub async fn serve_stdio(config: Config) -> Result<(), ServeError> {
     let (eof_tx, eof_rx) = watch::channel(false);
     let server = VivariumServer::new(config, profiles, eof_rx.clone());
     let stdin = EofSignal {
-        inner: tokio::io::stdin(),
+        inner: lines::LineGuard::new(tokio::io::stdin(), lines::MAX_LINE_BYTES),
         eof: eof_tx,
     };
     let service = match server.serve((stdin, tokio::io::stdout())).await {

@@ -383,6 +383,37 @@ impl ServerHandler for VivariumServer {
         })
     }
 
+    async fn on_custom_request(
+        &self,
+        request: rmcp::model::CustomRequest,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::CustomResult, ErrorData> {
+        if request.method != crate::lines::OVERSIZED_METHOD {
+            return Err(ErrorData::new(
+                rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+                request.method,
+                None,
+            ));
+        }
+        // The stand-in for a request line over the limit (crate::lines).
+        let bytes = request
+            .params
+            .as_ref()
+            .and_then(|p| p.get("bytes"))
+            .and_then(|b| b.as_u64())
+            .unwrap_or_default();
+        Err(ErrorData::invalid_request(
+            format!(
+                "request too large: its line has {bytes} bytes; this server reads at most {} \
+                 bytes per message. Keep `code` within {} and `stdin` within {} characters.",
+                crate::lines::MAX_LINE_BYTES,
+                tool::MAX_CODE_CHARS,
+                tool::MAX_STDIN_CHARS
+            ),
+            request.params,
+        ))
+    }
+
     async fn call_tool(
         &self,
         request: CallToolRequestParams,

@@ -121,6 +121,18 @@ pub fn parse_args(arguments: Option<JsonObject>) -> Result<RunPythonArgs, String
     let value = serde_json::Value::Object(arguments);
     let args: RunPythonArgs = serde_json::from_value(value)
         .map_err(|e| format!("invalid arguments for {TOOL_NAME}: {e}"))?;
+    for (name, value, max) in [
+        ("code", Some(&args.code), MAX_CODE_CHARS),
+        ("stdin", args.stdin.as_ref(), MAX_STDIN_CHARS),
+    ] {
+        let chars = value.map_or(0, |v| v.chars().count());
+        if chars > max {
+            return Err(format!(
+                "invalid arguments for {TOOL_NAME}: `{name}` has {chars} characters; at most \
+                 {max}. Generate large data inside the script, or pass less of it."
+            ));
+        }
+    }
     if let Some(p) = &args.packages {
         if p.len() > MAX_PACKAGES {
             return Err(format!(
@@ -312,6 +324,14 @@ pub const REASONS: [&str; 11] = [
 /// Every item `limits_hit` can carry (`vivarium_client::limit_name`).
 pub const LIMITS: [&str; 7] = ["wall", "cpu", "memory", "pids", "stdout", "stderr", "disk"];
 
+/// Longest `code`, in characters (the schema's `maxLength`): far under the request line
+/// limit (`lines::MAX_LINE_BYTES`) even with JSON escapes, and under the daemon's
+/// `max_code_bytes` default (16 MiB).
+pub const MAX_CODE_CHARS: usize = 1 << 20;
+
+/// Longest `stdin`, in characters (the schema's `maxLength`).
+pub const MAX_STDIN_CHARS: usize = 4 << 20;
+
 /// Most requirements a job may name, explicit and PEP 723 together (the daemon's
 /// `MAX_REQUIREMENTS`, daemon/src/packages/spec.rs).
 pub const MAX_PACKAGES: usize = 64;
@@ -420,6 +440,11 @@ fn constrain_input(schema: &mut JsonObject, usable: &[&ProfileInfo]) {
     }
     if let Some(serde_json::Value::Object(p)) = props.get_mut("packages") {
         p.insert("maxItems".into(), MAX_PACKAGES.into());
+    }
+    for (name, max) in [("code", MAX_CODE_CHARS), ("stdin", MAX_STDIN_CHARS)] {
+        if let Some(serde_json::Value::Object(p)) = props.get_mut(name) {
+            p.insert("maxLength".into(), max.into());
+        }
     }
 }
 
@@ -1060,6 +1085,8 @@ mod tests {
         assert_eq!(props["packages"]["type"], "array");
         assert_eq!(props["packages"]["items"]["type"], "string");
         assert_eq!(props["packages"]["maxItems"], MAX_PACKAGES);
+        assert_eq!(props["code"]["maxLength"], MAX_CODE_CHARS);
+        assert_eq!(props["stdin"]["maxLength"], MAX_STDIN_CHARS);
         assert_eq!(props["timeout_seconds"]["type"], "number");
         assert_eq!(props["timeout_seconds"]["exclusiveMinimum"], 0);
         assert_eq!(props["timeout_seconds"]["maximum"], 120.0);
@@ -1123,6 +1150,21 @@ mod tests {
         ))
         .unwrap_err();
         assert!(e.contains("at most 64"), "{e}");
+        // Code and stdin over their maxLength: a tool error, far below the line limit.
+        for (name, max) in [("code", MAX_CODE_CHARS), ("stdin", MAX_STDIN_CHARS)] {
+            let mut args = serde_json::json!({"code": "1"});
+            args[name] = "x".repeat(max + 1).into();
+            let e = parse_args(Some(args.as_object().unwrap().clone())).unwrap_err();
+            assert!(
+                e.contains(&format!(
+                    "`{name}` has {} characters; at most {max}",
+                    max + 1
+                )),
+                "{e}"
+            );
+            args[name] = "x".repeat(max).into();
+            assert!(parse_args(Some(args.as_object().unwrap().clone())).is_ok());
+        }
     }
 
     #[test]

@@ -239,6 +239,22 @@ async def main_session() -> None:
             check(r.get("isError") is True and needle in text_of(r), f"bad arguments {bad} -> tool error with {needle!r}", r)
         ok("bad arguments: tool errors, not protocol errors")
 
+        r = await call(s, {"code": "#" * (1 << 20) + "\nprint(1)"})
+        check(r.get("isError") is True and "at most 1048576" in text_of(r), "code over maxLength is a tool error", text_of(r))
+        # A request line over the stdio limit gets a JSON-RPC error for its id (rmcp alone
+        # dropped it and the call waited forever).
+        from mcp.shared.exceptions import MCPError
+
+        try:
+            with anyio.fail_after(60):
+                await s.call_tool("run_python", {"code": "print(1)", "stdin": "x" * (17 << 20)})
+            check(False, "an oversized request is answered with an error")
+        except MCPError as e:
+            check("request too large" in str(e.error.message), "the error says the request is too large", e.error)
+        r = await call(s, {"code": "print(3)"})
+        check(tool.valid(r)["stdout"]["text"] == "3\n", "the session works after an oversized request", r)
+        ok("oversized request line: a JSON-RPC error for its id, the session goes on")
+
         stamps: list[tuple[float, float, str | None]] = []
 
         async def on_progress(progress: float, total: float | None, message: str | None) -> None:
