@@ -34,6 +34,10 @@ pub struct Config {
     pub max_calls_per_minute: u32,
     /// `run_python` calls running at once.
     pub max_concurrent_jobs: usize,
+    /// Calls that may wait for a job slot; past them a call is refused.
+    pub max_queued_calls: usize,
+    /// How long a call may wait in the queue.
+    pub queue_timeout: Duration,
     /// Characters of output a result carries: per stream in `structuredContent`, and in
     /// all of its text content.
     pub budgets: tool::Budgets,

@@ -19,6 +19,12 @@ struct Args {
     /// run_python calls running at once.
     #[arg(long, default_value_t = 4, env = "VIVARIUM_MCP_MAX_JOBS", value_parser = clap::value_parser!(u32).range(1..))]
     max_concurrent_jobs: u32,
+    /// run_python calls that may wait for a free slot (beyond them a call is refused).
+    #[arg(long, default_value_t = 16, env = "VIVARIUM_MCP_MAX_QUEUED")]
+    max_queued_calls: u32,
+    /// Seconds a queued call may wait for a slot before it is refused.
+    #[arg(long, default_value_t = 120.0)]
+    queue_timeout: f64,
     /// Characters of stdout and of stderr returned (head and tail excerpt), each.
     #[arg(long, default_value_t = 8000, env = "VIVARIUM_MCP_OUTPUT_CHARS", value_parser = clap::value_parser!(u32).range(200..))]
     output_chars: u32,
@@ -50,6 +56,8 @@ async fn main() -> std::process::ExitCode {
         socket: vivarium_mcp::server::socket_path(args.socket),
         max_calls_per_minute: args.max_calls_per_minute,
         max_concurrent_jobs: args.max_concurrent_jobs as usize,
+        max_queued_calls: args.max_queued_calls as usize,
+        queue_timeout: Duration::from_secs_f64(args.queue_timeout.clamp(0.0, 86_400.0)),
         budgets: vivarium_mcp::tool::Budgets {
             output_chars: args.output_chars as usize,
             text_chars: args.text_chars as usize,

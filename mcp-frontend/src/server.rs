@@ -17,7 +17,7 @@ use tracing::{debug, info, warn};
 use vivarium_client::{Client, ClientError, Job, JobEvent, ProfileInfo, Stream};
 use vivarium_proto::ErrorCode;
 
-use crate::limiter::Limiter;
+use crate::limiter::{Admission, Limiter, Refusal, Ticket};
 use crate::tool::{self, RunPythonArgs, TOOL_NAME};
 use crate::Config;
 
@@ -49,7 +49,11 @@ impl VivariumServer {
         profiles: Option<Vec<ProfileInfo>>,
         eof: watch::Receiver<bool>,
     ) -> VivariumServer {
-        let limiter = Limiter::new(config.max_calls_per_minute, config.max_concurrent_jobs);
+        let limiter = Limiter::new(
+            config.max_calls_per_minute,
+            config.max_concurrent_jobs,
+            config.max_queued_calls,
+        );
         VivariumServer {
             inner: Arc::new(Inner {
                 config,
@@ -89,10 +93,69 @@ impl VivariumServer {
     }
 
     /// Run one admitted call to its end (or until the request is cancelled).
+    /// When a refused call may retry: a running call ends within its wall limit.
+    fn retry_after_s(&self) -> u64 {
+        let default = &self.inner.config.default_profile;
+        self.profiles()
+            .and_then(|ps| ps.into_iter().find(|p| &p.name == default))
+            .map_or(30, |p| p.max.wall_ms.div_ceil(1000).max(1))
+    }
+
+    /// Wait in the queue for a job slot, telling the client it is queued; a tool error
+    /// when the wait is cancelled, the client goes away, or the wait limit passes.
+    async fn wait_in_queue(
+        &self,
+        ticket: Ticket,
+        context: &RequestContext<RoleServer>,
+        progress: &mut Option<Progress>,
+    ) -> Result<tokio::sync::OwnedSemaphorePermit, CallToolResult> {
+        let config = &self.inner.config;
+        let running = self.inner.limiter.max_jobs();
+        let message = format!(
+            "queued: {} call(s) ahead; this server runs {running} run_python calls at a time",
+            ticket.position
+        );
+        debug!(position = ticket.position, "call queued");
+        let started = Instant::now();
+        let wait = ticket.wait();
+        tokio::pin!(wait);
+        let deadline = tokio::time::sleep(config.queue_timeout);
+        tokio::pin!(deadline);
+        let mut ticker = tokio::time::interval(config.progress_interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        let mut eof = self.inner.eof.clone();
+        loop {
+            tokio::select! {
+                biased;
+                () = context.ct.cancelled() => {
+                    return Err(self.tool_error("cancelled while queued: nothing ran".into()));
+                }
+                () = crate::until_eof(&mut eof) => {
+                    return Err(self.tool_error("the MCP client went away while the call was queued: nothing ran".into()));
+                }
+                permit = &mut wait => return Ok(permit),
+                () = &mut deadline => {
+                    let refusal = Refusal::QueueTimeout {
+                        waited_s: started.elapsed().as_secs(),
+                        running,
+                        retry_after_s: self.retry_after_s(),
+                    };
+                    return Err(self.tool_error(refusal.to_string()));
+                }
+                _ = ticker.tick(), if progress.is_some() => {
+                    if let Some(p) = progress.as_mut() {
+                        p.send_message(message.clone()).await;
+                    }
+                }
+            }
+        }
+    }
+
     async fn run(
         &self,
         args: RunPythonArgs,
         context: &RequestContext<RoleServer>,
+        mut progress: Option<Progress>,
     ) -> CallToolResult {
         let config = &self.inner.config;
         let profile = args
@@ -129,12 +192,6 @@ impl VivariumServer {
         // `JobHandle` is not `Sync`, so `handle.cancel()` cannot be awaited in a `Send`
         // future; a `Canceller` can.
         let canceller = handle.canceller();
-        let mut progress = context.meta.get_progress_token().map(|token| Progress {
-            peer: context.peer.clone(),
-            token,
-            started: Instant::now(),
-            last: 0.0,
-        });
         let mut ticker = tokio::time::interval(config.progress_interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         ticker.tick().await; // the first tick is immediate
@@ -211,16 +268,31 @@ struct Progress {
 }
 
 impl Progress {
+    /// Progress for `context`'s request, if it asked for any.
+    fn for_request(context: &RequestContext<RoleServer>) -> Option<Progress> {
+        context.meta.get_progress_token().map(|token| Progress {
+            peer: context.peer.clone(),
+            token,
+            started: Instant::now(),
+            last: 0.0,
+        })
+    }
+
     async fn send(&mut self, latest_line: &str) {
         let elapsed = self.started.elapsed().as_secs_f64();
-        // Whole tenths of seconds, strictly above the last value sent.
-        let value = ((elapsed * 10.0).floor() / 10.0).max(self.last + 0.1);
-        self.last = value;
         let message = if latest_line.is_empty() {
             format!("running for {elapsed:.0} s, no output yet")
         } else {
             format!("running for {elapsed:.0} s; latest output: {latest_line}")
         };
+        self.send_message(message).await;
+    }
+
+    async fn send_message(&mut self, message: String) {
+        let elapsed = self.started.elapsed().as_secs_f64();
+        // Whole tenths of seconds, strictly above the last value sent.
+        let value = ((elapsed * 10.0).floor() / 10.0).max(self.last + 0.1);
+        self.last = value;
         let param = ProgressNotificationParam::new(self.token.clone(), value).with_message(message);
         if let Err(e) = self.peer.notify_progress(param).await {
             debug!(error = %e, "progress notification not sent");
@@ -432,11 +504,18 @@ impl ServerHandler for VivariumServer {
             Ok(args) => args,
             Err(text) => return Ok(self.tool_error(text).into()),
         };
-        let _permit = match self.inner.limiter.admit() {
-            Ok(permit) => permit,
+        let mut progress = Progress::for_request(&context);
+        let _permit = match self.inner.limiter.admit(self.retry_after_s()) {
+            Ok(Admission::Run(permit)) => permit,
+            Ok(Admission::Queued(ticket)) => {
+                match self.wait_in_queue(ticket, &context, &mut progress).await {
+                    Ok(permit) => permit,
+                    Err(result) => return Ok(result.into()),
+                }
+            }
             Err(refusal) => return Ok(self.tool_error(refusal.to_string()).into()),
         };
-        Ok(self.run(args, &context).await.into())
+        Ok(self.run(args, &context, progress).await.into())
     }
 }
 

@@ -329,28 +329,58 @@ async def limits_sessions() -> None:
         check(r.get("isError") is True and "rate limit" in text_of(r), "the third call is rate limited", r)
     ok("rate limit: clear tool error")
 
-    async with session("--max-concurrent-jobs", "1") as s:
+    async with session("--max-concurrent-jobs", "1", "--max-queued-calls", "1") as s:
         running = anyio.Event()
+        queued = anyio.Event()
 
         async def on_running(progress: float, total: float | None, message: str | None) -> None:
             if message and "busy" in message:
                 running.set()
 
+        async def on_queued(progress: float, total: float | None, message: str | None) -> None:
+            if message and message.startswith("queued"):
+                queued.set()
+
         scope = anyio.CancelScope()
+        second: dict = {}
         async with anyio.create_task_group() as tg:
 
             async def long_call() -> None:
                 with scope:
                     await call(s, {"code": "print('busy', flush=True)\nimport time\ntime.sleep(60)"}, progress_callback=on_running)
 
+            async def queued_call() -> None:
+                second.update(await call(s, {"code": "print('after')"}, progress_callback=on_queued))
+
             tg.start_soon(long_call)
             with anyio.fail_after(15):
                 await running.wait()
+            tg.start_soon(queued_call)
+            with anyio.fail_after(15):
+                await queued.wait()
+            # The queue (1 place) is full: the next call is refused, saying when to retry.
             r = await call(s, {"code": "pass"})
-            check(r.get("isError") is True and "too many jobs at once" in text_of(r), "concurrency limit", r)
+            t = text_of(r)
+            check(r.get("isError") is True and "too many calls at once" in t and "retry in" in t, "a full queue refuses", r)
             scope.cancel()
+        check(second.get("isError") is False and second["structuredContent"]["stdout"]["text"] == "after\n",
+              "the queued call ran once the slot was free", second)
         await wait_no_job_processes("after cancelling the concurrency test's job")
-    ok("concurrency limit: clear tool error")
+    ok("queue: a call past the slots waits with 'queued' progress; past the queue a refusal says when to retry")
+
+    # The default 4 slots and 8 concurrent calls: every call succeeds (4 of them queue).
+    async with session("--max-calls-per-minute", "0") as s:
+        results: list[dict] = []
+
+        async def one(i: int) -> None:
+            results.append(await call(s, {"code": f"import time; time.sleep(0.5); print({i})"}))
+
+        async with anyio.create_task_group() as tg:
+            for i in range(8):
+                tg.start_soon(one, i)
+        check(len(results) == 8 and all(r.get("isError") is False for r in results), "8 concurrent calls succeed", results)
+        check(sorted(r["structuredContent"]["stdout"]["text"] for r in results) == [f"{i}\n" for i in range(8)], "each ran", results)
+    ok("concurrency 8 with 4 slots: all calls succeed")
 
 
 async def no_daemon_session() -> None:
