@@ -45,6 +45,8 @@ pub struct Config {
     pub default_profile: String,
     /// How often progress notifications go out while a job runs.
     pub progress_interval: Duration,
+    /// How often the daemon's profiles are asked for again (a reload changes the tool).
+    pub profile_refresh: Duration,
 }
 
 /// Why serving stopped with an error.
@@ -61,7 +63,9 @@ pub enum ServeError {
 pub async fn serve_stdio(config: Config) -> Result<(), ServeError> {
     let profiles = server::fetch_profiles(&config.socket, Duration::from_secs(2)).await;
     let (eof_tx, eof_rx) = watch::channel(false);
+    let refresh_every = config.profile_refresh;
     let server = VivariumServer::new(config, profiles, eof_rx.clone());
+    let refresher = server.clone();
     let stdin = EofSignal {
         inner: lines::LineGuard::new(tokio::io::stdin(), lines::MAX_LINE_BYTES),
         eof: eof_tx,
@@ -76,6 +80,18 @@ pub async fn serve_stdio(config: Config) -> Result<(), ServeError> {
         }
         Err(e) => return Err(ServeError::Start(Box::new(e))),
     };
+    // A daemon reload changes the profiles: look again now and then, and tell the client.
+    let peer = service.peer().clone();
+    let refresh = tokio::spawn(async move {
+        let mut ticker = tokio::time::interval(refresh_every);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ticker.tick().await;
+        loop {
+            ticker.tick().await;
+            refresher.refresh_profiles(Some(&peer)).await;
+        }
+    });
+    let _refresh = AbortOnDrop(refresh);
     let mut eof = eof_rx;
     let waiting = service.waiting();
     tokio::pin!(waiting);
@@ -93,6 +109,15 @@ pub async fn serve_stdio(config: Config) -> Result<(), ServeError> {
         }
     }
     Ok(())
+}
+
+/// Aborts its task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Resolves once `eof` is true (or its sender is gone).

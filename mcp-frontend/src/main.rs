@@ -38,6 +38,10 @@ struct Args {
     /// Seconds between progress notifications while a job runs.
     #[arg(long, default_value_t = 1.0)]
     progress_interval: f64,
+    /// Seconds between looks at the daemon's profiles (a reload changes the tool; the
+    /// client gets notifications/tools/list_changed).
+    #[arg(long, default_value_t = 10.0)]
+    profile_refresh: f64,
 }
 
 #[tokio::main]
@@ -64,6 +68,7 @@ async fn main() -> std::process::ExitCode {
         },
         default_profile: args.profile,
         progress_interval: Duration::from_secs_f64(args.progress_interval.clamp(0.1, 10.0)),
+        profile_refresh: Duration::from_secs_f64(args.profile_refresh.clamp(0.1, 3600.0)),
     };
     match vivarium_mcp::serve_stdio(config).await {
         Ok(()) => std::process::ExitCode::SUCCESS,

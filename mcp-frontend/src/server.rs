@@ -72,19 +72,8 @@ impl VivariumServer {
             .clone()
     }
 
-    /// The tool, asking the daemon for its profiles first if they are not known yet.
-    async fn current_tool(&self) -> Tool {
-        if self.profiles().is_none() {
-            if let Some(found) =
-                fetch_profiles(&self.inner.config.socket, Duration::from_secs(1)).await
-            {
-                *self
-                    .inner
-                    .profiles
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner()) = Some(found);
-            }
-        }
+    /// The tool as it stands (no daemon round trip).
+    fn tool_now(&self) -> Tool {
         tool::tool(
             self.profiles().as_deref(),
             &self.inner.config.default_profile,
@@ -92,7 +81,47 @@ impl VivariumServer {
         )
     }
 
-    /// Run one admitted call to its end (or until the request is cancelled).
+    /// Ask the daemon for its profiles again; when the answer changes the tool (a reload,
+    /// or the daemon's first answer), keep it and tell `peer` that the tool list changed.
+    /// A daemon that does not answer leaves the last list in place.
+    pub async fn refresh_profiles(&self, peer: Option<&Peer<RoleServer>>) -> bool {
+        let Ok(found) = load_profiles(&self.inner.config.socket, Duration::from_secs(1)).await
+        else {
+            return false;
+        };
+        let before = self.tool_now();
+        {
+            let mut profiles = self
+                .inner
+                .profiles
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if profiles.as_ref() == Some(&found) {
+                return false;
+            }
+            *profiles = Some(found);
+        }
+        if self.tool_now() == before {
+            return false;
+        }
+        info!("the daemon's profiles changed; the tool list changed");
+        if let Some(peer) = peer {
+            if let Err(e) = peer.notify_tool_list_changed().await {
+                debug!(error = %e, "tools/list_changed not sent");
+            }
+        }
+        true
+    }
+
+    fn usable_profile_names(&self) -> Vec<String> {
+        self.profiles()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|p| p.disabled.is_none())
+            .map(|p| format!("`{}`", p.name))
+            .collect()
+    }
+
     /// When a refused call may retry: a running call ends within its wall limit.
     fn retry_after_s(&self) -> u64 {
         let default = &self.inner.config.default_profile;
@@ -187,7 +216,24 @@ impl VivariumServer {
         let stdin = args.stdin.map(String::into_bytes);
         let mut handle = match client.submit(&job, stdin.as_deref()).await {
             Ok(handle) => handle,
-            Err(e) => return self.tool_error(job_error_text(&e)),
+            Err(e) => {
+                if let ClientError::Refused(w) = &e {
+                    if matches!(
+                        w.code,
+                        ErrorCode::UnknownProfile | ErrorCode::ProfileDisabled
+                    ) {
+                        // Our list may be stale (a reload): refresh it, and name what is there.
+                        self.refresh_profiles(Some(&context.peer)).await;
+                        let names = self.usable_profile_names();
+                        return self.tool_error(format!(
+                            "{} Profiles now: {}.",
+                            job_error_text(&e),
+                            names.join(", ")
+                        ));
+                    }
+                }
+                return self.tool_error(job_error_text(&e));
+            }
         };
         // `JobHandle` is not `Sync`, so `handle.cancel()` cannot be awaited in a `Send`
         // future; a `Canceller` can.
@@ -423,9 +469,37 @@ pub async fn fetch_profiles(socket: &Path, timeout: Duration) -> Option<Vec<Prof
     }
 }
 
+/// The daemon's profiles, or why not (logged at debug: callers decide what to say).
+pub async fn load_profiles(
+    socket: &Path,
+    timeout: Duration,
+) -> Result<Vec<ProfileInfo>, Option<ClientError>> {
+    let name = format!("{SERVER_NAME}/{}", env!("CARGO_PKG_VERSION"));
+    let ask = async {
+        let mut client = Client::connect_as(socket, &name).await?;
+        client.list_profiles().await
+    };
+    match tokio::time::timeout(timeout, ask).await {
+        Ok(Ok(profiles)) => Ok(profiles),
+        Ok(Err(e)) => {
+            debug!(socket = %socket.display(), error = %e, "no profile list from the daemon");
+            Err(Some(e))
+        }
+        Err(_) => {
+            debug!(socket = %socket.display(), "the daemon did not answer the profile list in time");
+            Err(None)
+        }
+    }
+}
+
 impl ServerHandler for VivariumServer {
     fn get_info(&self) -> ServerConfig {
-        let mut info = ServerConfig::new(ServerCapabilities::builder().enable_tools().build());
+        let mut info = ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build(),
+        );
         info.server_info = Implementation::new(SERVER_NAME, env!("CARGO_PKG_VERSION"));
         info.instructions = Some(
             "Use run_python to execute Python code in an isolated, disposable sandbox (no \
@@ -440,19 +514,13 @@ impl ServerHandler for VivariumServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(vec![
-            self.current_tool().await,
-        ]))
+        // The client asks for the list: no notification needed, just the latest.
+        self.refresh_profiles(None).await;
+        Ok(ListToolsResult::with_all_items(vec![self.tool_now()]))
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
-        (name == TOOL_NAME).then(|| {
-            tool::tool(
-                self.profiles().as_deref(),
-                &self.inner.config.default_profile,
-                self.inner.config.budgets,
-            )
-        })
+        (name == TOOL_NAME).then(|| self.tool_now())
     }
 
     async fn on_custom_request(

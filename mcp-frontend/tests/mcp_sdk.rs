@@ -251,6 +251,8 @@ fn python_sdk_drives_the_server() {
         .arg(&daemon.socket)
         .arg("--daemon-pid")
         .arg(daemon.child.id().to_string())
+        .arg("--profiles-dir")
+        .arg(daemon.dir.path().join("profiles"))
         .args(
             daemon
                 .dir

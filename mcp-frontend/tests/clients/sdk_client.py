@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -305,6 +306,43 @@ async def modern_session() -> None:
     ok("2026-07-28 (server/discover, stateless) client works")
 
 
+async def reload_session() -> None:
+    """A daemon reload that adds a profile reaches the client: tools.listChanged is
+    declared, notifications/tools/list_changed arrives, and tools/list shows the profile."""
+    from mcp import types
+
+    changed = anyio.Event()
+
+    async def on_message(message) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            changed.set()
+
+    extra = os.path.join(ARGS.profiles_dir, "reloadtest.toml")
+    async with stdio_client(params("--profile-refresh", "0.2")) as (read, write):
+        async with ClientSession(read, write, message_handler=on_message) as s:
+            init = await s.initialize()
+            caps = init.capabilities.tools
+            check(caps is not None and caps.list_changed is True, "tools.listChanged is declared", init.capabilities)
+            before = (await s.list_tools()).tools[0].input_schema["properties"]["profile"]
+            check("reloadtest" not in before["enum"], "no reloadtest profile yet", before)
+            with open(os.path.join(ARGS.profiles_dir, "default.toml")) as f:
+                text = f.read()
+            try:
+                with open(extra, "w") as f:
+                    f.write(text.replace('description = "', 'description = "Reload test: ', 1))
+                os.kill(ARGS.daemon_pid, signal.SIGHUP)
+                with anyio.fail_after(30):
+                    await changed.wait()
+                after = (await s.list_tools()).tools[0].input_schema["properties"]["profile"]
+                check("reloadtest" in after["enum"], "the new profile is listed", after)
+                r = await call(s, {"code": "print('reloaded')", "profile": "reloadtest"})
+                check(r.get("isError") is False, "the new profile runs", r)
+            finally:
+                os.unlink(extra)
+                os.kill(ARGS.daemon_pid, signal.SIGHUP)
+    ok("daemon reload: notifications/tools/list_changed, and tools/list shows the new profile")
+
+
 async def discover_only_session() -> None:
     """A 2026-07-28 client that only asks server/discover and closes: a normal end."""
     import tempfile
@@ -480,6 +518,7 @@ async def amain() -> None:
         await packages_session()
     await modern_session()
     await discover_only_session()
+    await reload_session()
     await limits_sessions()
     await no_daemon_session()
 
@@ -490,6 +529,7 @@ def main() -> int:
     p.add_argument("--server", required=True)
     p.add_argument("--socket", required=True)
     p.add_argument("--daemon-pid", type=int, required=True)
+    p.add_argument("--profiles-dir", required=True, help="the daemon's profiles directory (the reload check adds one)")
     p.add_argument("--packages-profile", help="a profile with a wheelhouse: run the packages checks")
     ARGS = p.parse_args()
     anyio.run(amain)
