@@ -61,7 +61,13 @@ pub enum ServeError {
 /// Serve MCP on stdin/stdout until stdin closes. On stdin EOF every in-flight job is
 /// killed at once (rmcp alone would wait up to 5 s for in-flight handlers to answer).
 pub async fn serve_stdio(config: Config) -> Result<(), ServeError> {
-    let profiles = server::fetch_profiles(&config.socket, Duration::from_secs(2)).await;
+    let profiles = match server::load_profiles(&config.socket, Duration::from_secs(2)).await {
+        Ok(profiles) => Some(profiles),
+        Err(e) => {
+            server::no_profiles_log(&config.socket, e.as_ref());
+            None
+        }
+    };
     let (eof_tx, eof_rx) = watch::channel(false);
     let refresh_every = config.profile_refresh;
     let server = VivariumServer::new(config, profiles, eof_rx.clone());

@@ -364,17 +364,84 @@ impl VivariumServer {
     }
 }
 
+/// The system daemon's socket (the default for root).
+const SYSTEM_SOCKET: &str = "/run/vivarium/vivariumd.sock";
+
 /// How to start a daemon, for the message a newcomer sees first.
 fn start_hint(socket: &Path) -> String {
-    format!(
-        "Start one with `sudo vivariumd --profiles /path/to/vivarium/profiles` (full isolation \
-         and cgroup limits), or without root with `vivariumd --profiles /path/to/vivarium/profiles` \
-         and use the `rootless` profile (limits by rlimits unless the user service has a \
-         delegated cgroup v2 subtree; `dist/install.sh --user` sets that up). Add `--config FILE` \
-         with `socket = \"{}\"` for a non-default socket, or point this server at a running \
-         daemon with `vivarium-mcp --socket PATH` or VIVARIUM_SOCKET=PATH.",
-        socket.display()
+    start_hint_for(
+        socket,
+        vivarium_client::effective_uid(),
+        &vivarium_client::default_socket_path(),
     )
+}
+
+/// [`start_hint`] for a user (`euid`) whose default socket is `user_default`: each case
+/// says what is true for it (which daemon listens where by default, and what to add).
+fn start_hint_for(socket: &Path, euid: u32, user_default: &Path) -> String {
+    const PROFILES: &str = "--profiles /path/to/vivarium/profiles";
+    const ROOTLESS: &str = "use the `rootless` profile (limits by rlimits unless the user \
+                            service has a delegated cgroup v2 subtree; `dist/install.sh --user` \
+                            sets that up)";
+    const ADMIT: &str = "the daemon must admit this user: `allow_uids` / `allow_groups` and \
+                         `socket_mode` in its config";
+    const POINT: &str = "Or point this server at a running daemon with `vivarium-mcp --socket \
+                         PATH` or VIVARIUM_SOCKET=PATH.";
+    let system = Path::new(SYSTEM_SOCKET);
+    let s = socket.display();
+    if socket == system {
+        let admit = if euid == 0 {
+            String::new()
+        } else {
+            format!(" ({ADMIT})")
+        };
+        return format!(
+            "Start the system daemon with `sudo vivariumd {PROFILES}` (full isolation and \
+             cgroup limits); it listens on {s} by default{admit}. {POINT}"
+        );
+    }
+    if euid != 0 && socket == user_default {
+        return format!(
+            "Start one as this user with `vivariumd {PROFILES}` (it listens on {s} by \
+             default) and {ROOTLESS}. For full isolation run the system daemon with `sudo \
+             vivariumd {PROFILES}`, which listens on {SYSTEM_SOCKET}, and start this server \
+             with `--socket {SYSTEM_SOCKET}` ({ADMIT})."
+        );
+    }
+    let as_user = if euid == 0 {
+        String::new()
+    } else {
+        format!(
+            " (as root, {ADMIT}), or as this user with `vivariumd {PROFILES} --socket {s}` and \
+             {ROOTLESS}"
+        )
+    };
+    format!(
+        "Start one that listens there with `sudo vivariumd {PROFILES} --socket {s}` (full \
+         isolation and cgroup limits){as_user}. {POINT}"
+    )
+}
+
+/// What the startup log says when the daemon gave no profile list: true to the case.
+pub fn no_profiles_log(socket: &Path, error: Option<&ClientError>) {
+    let socket = socket.display();
+    match error {
+        None => {
+            warn!(%socket, "the daemon did not answer the profile list in time; the tool is described without profiles")
+        }
+        Some(ClientError::Connect { source, .. })
+            if source.kind() == std::io::ErrorKind::PermissionDenied =>
+        {
+            warn!(%socket, "permission denied on the daemon's socket: this user may not use it (allow_uids / allow_groups and socket_mode in the daemon config)");
+        }
+        Some(ClientError::Connect { source, .. }) => {
+            warn!(%socket, error = %source, "no daemon is listening; the first tool call will say how to start one");
+        }
+        Some(ClientError::Refused(w)) if w.code == ErrorCode::NotAuthorized => {
+            warn!(%socket, message = %w.message, "the daemon answered but does not admit this user (allow_uids / allow_groups in its config)");
+        }
+        Some(e) => warn!(%socket, error = %e, "the daemon answered but gave no profile list"),
+    }
 }
 
 /// The tool error for a failed connect or hello.
@@ -601,6 +668,46 @@ mod tests {
         assert_eq!(last_line(b"a\nb\n\n").as_deref(), Some("b"));
         assert_eq!(last_line(b"\n\n"), None);
         assert_eq!(last_line(&[b'x'; 500]).unwrap().len(), 200);
+    }
+
+    #[test]
+    fn start_hints_are_true_to_the_case() {
+        let user_default = Path::new("/run/user/1000/vivarium/vivariumd.sock");
+        let other = Path::new("/srv/viv.sock");
+        let system = Path::new(SYSTEM_SOCKET);
+        // A user at their own default: a user daemon listens there without flags; the
+        // root daemon listens elsewhere and needs --socket here.
+        let t = start_hint_for(user_default, 1000, user_default);
+        assert!(t.contains("as this user with `vivariumd --profiles"), "{t}");
+        assert!(
+            t.contains("listens on /run/user/1000/vivarium/vivariumd.sock by default"),
+            "{t}"
+        );
+        assert!(t.contains("`--socket /run/vivarium/vivariumd.sock`"), "{t}");
+        assert!(!t.contains("--config") && !t.contains("non-default"), "{t}");
+        // Any user at another path: the daemon's own --socket.
+        for euid in [0, 1000] {
+            let t = start_hint_for(other, euid, user_default);
+            assert!(
+                t.contains(
+                    "`sudo vivariumd --profiles /path/to/vivarium/profiles --socket /srv/viv.sock`"
+                ),
+                "{t}"
+            );
+            assert!(t.contains("VIVARIUM_SOCKET"), "{t}");
+            assert_eq!(t.contains("as this user"), euid != 0, "{t}");
+        }
+        // The system socket: the system daemon, which must admit a non-root user.
+        let t = start_hint_for(system, 1000, user_default);
+        assert!(
+            t.contains("`sudo vivariumd --profiles") && t.contains("allow_uids"),
+            "{t}"
+        );
+        let t = start_hint_for(system, 0, system);
+        assert!(
+            t.contains("`sudo vivariumd --profiles") && !t.contains("allow_uids"),
+            "{t}"
+        );
     }
 
     #[test]

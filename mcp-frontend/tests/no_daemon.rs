@@ -118,6 +118,15 @@ fn a_connection_without_initialize_ends_cleanly() {
         let out = child.wait_with_output().expect("wait");
         let stdout = String::from_utf8_lossy(&out.stdout);
         let stderr = String::from_utf8_lossy(&out.stderr);
+        // The startup log says what happened: nobody listens there (#21.12).
+        let startup: Vec<&str> = stderr
+            .lines()
+            .filter(|l| l.contains("/nonexistent/vivarium-mcp-test"))
+            .collect();
+        assert!(
+            startup.len() == 1 && startup[0].contains("no daemon is listening"),
+            "{startup:?}"
+        );
         let stderr: Vec<&str> = stderr
             .lines()
             // The startup warning about the missing daemon is expected.
