@@ -276,7 +276,7 @@ impl VivariumServer {
                     Ok(Some(JobEvent::Queued { position })) => {
                         latest_line = format!("queued in the daemon (position {position})");
                     }
-                    Ok(None) => return self.tool_error("the daemon ended the job without an outcome".into()),
+                    Ok(None) => return self.tool_error("the Vivarium daemon closed the connection before the job's outcome (it stopped or restarted): the job did not run to its end, or its end was not reported; retry once the daemon is back".into()),
                     Err(e) => return self.tool_error(job_error_text(&e)),
                 },
                 _ = ticker.tick(), if progress.is_some() => {
@@ -497,6 +497,11 @@ fn job_error_text(e: &ClientError) -> String {
                 w.message
             ),
             ErrorCode::LimitOutOfRange => format!("invalid timeout_seconds: {}", w.message),
+            ErrorCode::ShuttingDown => format!(
+                "the Vivarium daemon is shutting down and takes no new jobs ({}); nothing ran; \
+                 retry once it is back",
+                w.message
+            ),
             _ => format!("the daemon refused the job ({:?}): {}", w.code, w.message),
         },
         other => format!(

@@ -695,7 +695,13 @@ pub fn failure_reason(outcome: &Outcome, output_cap: Option<u64>) -> String {
             _ => "killed by a signal".into(),
         },
         Reason::Seccomp => "killed: the script made a system call the sandbox forbids".into(),
-        Reason::Cancelled => "cancelled".into(),
+        // This server returns before any outcome when its own client cancels or goes
+        // away, so a cancelled outcome here is the daemon's: it stopped (shutdown or
+        // restart) and killed the job past its grace period.
+        Reason::Cancelled => "killed: the Vivarium daemon stopped (shut down or restarted) \
+                              while the job ran, so the job did not run to its end; retry once \
+                              the daemon is back"
+            .into(),
         Reason::SandboxError => "the sandbox could not be built; the code never ran".into(),
     };
     if outcome.detail.is_empty() {
@@ -1245,5 +1251,14 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(ok.stdin, None);
+    }
+
+    #[test]
+    fn a_daemon_shutdown_is_not_a_users_cancel() {
+        let o = outcome(Reason::Cancelled, ExitStatus::Signal(9));
+        let why = failure_reason(&o, None);
+        assert!(why.contains("the Vivarium daemon stopped"), "{why}");
+        assert!(why.contains("did not run to its end"), "{why}");
+        assert!(!why.starts_with("cancelled"), "{why}");
     }
 }

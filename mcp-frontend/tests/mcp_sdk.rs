@@ -149,7 +149,8 @@ impl Daemon {
              profiles_dir = {profiles:?}\n\
              cgroup_subtree = \"vivarium-mcp-test-{pid}\"\n\
              state_dir = {state:?}\n\
-             id_base = {id_base}\n",
+             id_base = {id_base}\n\
+             shutdown_grace_ms = 500\n",
             socket = socket.display().to_string(),
             profiles = dir.path().join("profiles").display().to_string(),
             state = dir.path().join("state").display().to_string(),

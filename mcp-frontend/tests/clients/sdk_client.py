@@ -523,6 +523,33 @@ async def amain() -> None:
     await no_daemon_session()
 
 
+async def daemon_stop_session() -> None:
+    """Last, as it stops the daemon: a job killed by the daemon's shutdown is reported as
+    the daemon stopping, not as the user's cancel."""
+    async with session() as s:
+        running = anyio.Event()
+
+        async def on_running(progress: float, total: float | None, message: str | None) -> None:
+            if message and "long job" in message:
+                running.set()
+
+        result: dict = {}
+        async with anyio.create_task_group() as tg:
+
+            async def long_call() -> None:
+                result.update(await call(s, {"code": "print('long job', flush=True)\nimport time\ntime.sleep(60)"}, progress_callback=on_running))
+
+            tg.start_soon(long_call)
+            with anyio.fail_after(15):
+                await running.wait()
+            os.kill(ARGS.daemon_pid, signal.SIGTERM)
+        t = text_of(result)
+        check(result.get("isError") is True and "daemon stopped" in t and "did not run to its end" in t,
+              "the daemon's stop is named as such", result)
+        check(not t.startswith("cancelled"), "not a user's cancel", t)
+    ok("daemon stop mid-call: the result says the daemon stopped and the job did not finish")
+
+
 def main() -> int:
     global ARGS
     p = argparse.ArgumentParser()
@@ -534,6 +561,7 @@ def main() -> int:
     ARGS = p.parse_args()
     anyio.run(amain)
     stdin_eof()
+    anyio.run(daemon_stop_session)
     print("all checks passed", flush=True)
     return 0
 
