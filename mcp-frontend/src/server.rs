@@ -572,7 +572,7 @@ impl ServerHandler for VivariumServer {
                 .enable_tool_list_changed()
                 .build(),
         );
-        info.server_info = Implementation::new(SERVER_NAME, env!("CARGO_PKG_VERSION"));
+        info.server_info = server_info();
         info.instructions = Some(
             "Use run_python to execute Python code in an isolated, disposable sandbox (no \
              network, resource limits). Each call is independent."
@@ -657,6 +657,15 @@ impl ServerHandler for VivariumServer {
         };
         Ok(self.run(args, &context, progress).await.into())
     }
+}
+
+/// Who this server is (`serverInfo`): name and version, and the title, description and
+/// website the 2025-11-25 revision allows.
+pub fn server_info() -> Implementation {
+    Implementation::new(SERVER_NAME, env!("CARGO_PKG_VERSION"))
+        .with_title("Vivarium: sandboxed Python")
+        .with_description(env!("CARGO_PKG_DESCRIPTION"))
+        .with_website_url(env!("CARGO_PKG_REPOSITORY"))
 }
 
 /// Where the daemon's socket is: the flag, else `VIVARIUM_SOCKET`, else the default.

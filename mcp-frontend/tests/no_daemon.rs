@@ -38,8 +38,23 @@ fn without_a_daemon_the_first_call_says_how_to_start_one() {
         "clientInfo": {"name": "no-daemon-test", "version": "0"}}}),
     );
     let init = recv();
+    let info = &init["result"]["serverInfo"];
+    assert_eq!(info["name"], "vivarium-mcp", "{init}");
+    assert_eq!(info["title"], "Vivarium: sandboxed Python", "{init}");
+    assert!(
+        info["description"]
+            .as_str()
+            .is_some_and(|d| d.contains("sandbox")),
+        "{init}"
+    );
+    assert!(
+        info["websiteUrl"]
+            .as_str()
+            .is_some_and(|w| w.starts_with("https://")),
+        "{init}"
+    );
     assert_eq!(
-        init["result"]["serverInfo"]["name"], "vivarium-mcp",
+        init["result"]["capabilities"]["tools"]["listChanged"], true,
         "{init}"
     );
     send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
