@@ -16,6 +16,7 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 use vivarium_client::{Client, ClientError, Job, JobEvent, ProfileInfo, Stream};
 use vivarium_proto::ErrorCode;
+use vivarium_proto::ProfileFeatures;
 
 use crate::limiter::{Admission, Limiter, Refusal, Ticket};
 use crate::tool::{self, RunPythonArgs, TOOL_NAME};
@@ -38,6 +39,8 @@ struct Inner {
     limiter: Limiter,
     /// The daemon's profiles, once it has answered.
     profiles: Mutex<Option<Vec<ProfileInfo>>>,
+    /// What they offer (protocol 4+ daemons; `None` before, or from an older daemon).
+    features: Mutex<Option<Vec<ProfileFeatures>>>,
     /// Becomes true when stdin reaches EOF: every running job is then killed.
     eof: watch::Receiver<bool>,
 }
@@ -46,9 +49,13 @@ impl VivariumServer {
     /// A server for `config`, with the daemon's profiles if it answered at startup.
     pub fn new(
         config: Config,
-        profiles: Option<Vec<ProfileInfo>>,
+        profiles: Option<Profiles>,
         eof: watch::Receiver<bool>,
     ) -> VivariumServer {
+        let (profiles, features) = match profiles {
+            Some((p, f)) => (Some(p), f),
+            None => (None, None),
+        };
         let limiter = Limiter::new(
             config.max_calls_per_minute,
             config.max_concurrent_jobs,
@@ -59,6 +66,7 @@ impl VivariumServer {
                 config,
                 limiter,
                 profiles: Mutex::new(profiles),
+                features: Mutex::new(features),
                 eof,
             }),
         }
@@ -72,10 +80,19 @@ impl VivariumServer {
             .clone()
     }
 
+    fn features(&self) -> Option<Vec<ProfileFeatures>> {
+        self.inner
+            .features
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
     /// The tool as it stands (no daemon round trip).
     fn tool_now(&self) -> Tool {
         tool::tool(
             self.profiles().as_deref(),
+            self.features().as_deref(),
             &self.inner.config.default_profile,
             self.inner.config.budgets,
         )
@@ -85,7 +102,8 @@ impl VivariumServer {
     /// or the daemon's first answer), keep it and tell `peer` that the tool list changed.
     /// A daemon that does not answer leaves the last list in place.
     pub async fn refresh_profiles(&self, peer: Option<&Peer<RoleServer>>) -> bool {
-        let Ok(found) = load_profiles(&self.inner.config.socket, Duration::from_secs(1)).await
+        let Ok((found, features)) =
+            load_profiles(&self.inner.config.socket, Duration::from_secs(1)).await
         else {
             return false;
         };
@@ -96,10 +114,16 @@ impl VivariumServer {
                 .profiles
                 .lock()
                 .unwrap_or_else(|p| p.into_inner());
-            if profiles.as_ref() == Some(&found) {
+            let mut known = self
+                .inner
+                .features
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if profiles.as_ref() == Some(&found) && *known == features {
                 return false;
             }
             *profiles = Some(found);
+            *known = features;
         }
         if self.tool_now() == before {
             return false;
@@ -541,15 +565,27 @@ pub async fn fetch_profiles(socket: &Path, timeout: Duration) -> Option<Vec<Prof
     }
 }
 
+/// The daemon's profiles and what they offer (`None` from a daemon older than protocol 4).
+pub type Profiles = (Vec<ProfileInfo>, Option<Vec<ProfileFeatures>>);
+
 /// The daemon's profiles, or why not (logged at debug: callers decide what to say).
 pub async fn load_profiles(
     socket: &Path,
     timeout: Duration,
-) -> Result<Vec<ProfileInfo>, Option<ClientError>> {
+) -> Result<Profiles, Option<ClientError>> {
     let name = format!("{SERVER_NAME}/{}", env!("CARGO_PKG_VERSION"));
     let ask = async {
         let mut client = Client::connect_as(socket, &name).await?;
-        client.list_profiles().await
+        let profiles = client.list_profiles().await?;
+        // Features are extra: a daemon that cannot say leaves them unknown.
+        let features = match client.list_profile_features().await {
+            Ok(features) => features,
+            Err(e) => {
+                debug!(error = %e, "no profile features from the daemon");
+                None
+            }
+        };
+        Ok((profiles, features))
     };
     match tokio::time::timeout(timeout, ask).await {
         Ok(Ok(profiles)) => Ok(profiles),

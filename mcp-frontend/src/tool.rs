@@ -7,7 +7,7 @@ use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool, ToolAnnotation
 use rmcp::schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use vivarium_client::{format_bytes, limit_name, Outcome, ProfileInfo};
-use vivarium_proto::{ExitStatus, Reason};
+use vivarium_proto::{ExitStatus, ProfileFeatures, Reason};
 
 use crate::excerpt::{excerpt_weighted, StreamExcerpt};
 
@@ -235,18 +235,47 @@ pub fn check_timeout(
 }
 
 /// The tool as `tools/list` shows it, described with the daemon's profiles when known.
-pub fn tool(profiles: Option<&[ProfileInfo]>, default_profile: &str, budgets: Budgets) -> Tool {
+pub fn tool(
+    profiles: Option<&[ProfileInfo]>,
+    features: Option<&[ProfileFeatures]>,
+    default_profile: &str,
+    budgets: Budgets,
+) -> Tool {
     let usable: Vec<&ProfileInfo> = profiles
         .unwrap_or_default()
         .iter()
         .filter(|p| p.disabled.is_none())
         .collect();
-    let network = usable.iter().any(|p| p.network);
+    let packages = Packages::of(&usable, features);
+    // Open world: a profile with network, or package installs that fetch from an index.
+    let network = usable.iter().any(|p| p.network) || packages.from_index;
     let mut input = (*rmcp::handler::server::common::schema_for_input::<RunPythonArgs>()
         .expect("RunPythonArgs has an object schema"))
     .clone();
     portable(&mut input, true);
     constrain_input(&mut input, &usable);
+    if let Some(serde_json::Value::Object(props)) = input.get_mut("properties") {
+        match &packages.on {
+            // Nothing can have packages: do not advertise them.
+            Some(on) if on.is_empty() => {
+                props.remove("packages");
+            }
+            Some(on) if on.len() < usable.len() => {
+                if let Some(serde_json::Value::Object(p)) = props.get_mut("packages") {
+                    let d = p
+                        .get("description")
+                        .and_then(|d| d.as_str())
+                        .unwrap_or_default()
+                        .replace(
+                            "The profile must allow packages.",
+                            &format!("Only on the profiles {}.", on.join(", ")),
+                        );
+                    p.insert("description".into(), d.into());
+                }
+            }
+            _ => {}
+        }
+    }
     if usable.is_empty() {
         // Before the daemon answers there is no list to point at.
         let text = format!(
@@ -292,7 +321,7 @@ pub fn tool(profiles: Option<&[ProfileInfo]>, default_profile: &str, budgets: Bu
     constrain_output(&mut output);
     Tool::new(
         TOOL_NAME,
-        description(&usable, default_profile, budgets),
+        description(&usable, default_profile, budgets, &packages),
         Arc::new(input),
     )
     .with_title("Run Python in a sandbox")
@@ -304,6 +333,34 @@ pub fn tool(profiles: Option<&[ProfileInfo]>, default_profile: &str, budgets: Bu
             .idempotent(false)
             .open_world(network),
     )
+}
+
+/// Where packages work, as far as the daemon said.
+#[derive(Debug, Clone, Default)]
+pub struct Packages {
+    /// The usable profiles whose jobs can have packages (as `` `name` ``); `None` when the
+    /// daemon did not say (no answer yet, or older than protocol 4): then the parameter is
+    /// advertised as before and the daemon refuses where it cannot.
+    pub on: Option<Vec<String>>,
+    /// Whether any of them installs from an index over the network.
+    pub from_index: bool,
+}
+
+impl Packages {
+    pub fn of(usable: &[&ProfileInfo], features: Option<&[ProfileFeatures]>) -> Packages {
+        let (Some(features), false) = (features, usable.is_empty()) else {
+            return Packages::default();
+        };
+        let with: Vec<&ProfileFeatures> = usable
+            .iter()
+            .filter_map(|p| features.iter().find(|f| f.name == p.name))
+            .filter(|f| f.packages_unavailable.is_none())
+            .collect();
+        Packages {
+            on: Some(with.iter().map(|f| format!("`{}`", f.name)).collect()),
+            from_index: with.iter().any(|f| f.packages_from_index),
+        }
+    }
 }
 
 /// Every `reason` a result can carry ([`reason_name`]).
@@ -464,7 +521,34 @@ fn constrain_output(schema: &mut JsonObject) {
 }
 
 /// The tool description: what the sandbox allows, then short examples.
-pub fn description(usable: &[&ProfileInfo], default_profile: &str, budgets: Budgets) -> String {
+pub fn description(
+    usable: &[&ProfileInfo],
+    default_profile: &str,
+    budgets: Budgets,
+    packages: &Packages,
+) -> String {
+    let (packages_text, packages_example) = match &packages.on {
+        Some(on) if on.is_empty() => (String::new(), ""),
+        Some(on) if on.len() < usable.len() => (
+            format!(
+                " PyPI packages (wheels) can be named in `packages` on the profiles {} \
+                 (installed once, then cached).",
+                on.join(", ")
+            ),
+            "; {\"code\": \"import numpy; print(numpy.eye(2))\", \"packages\": [\"numpy\"]}",
+        ),
+        Some(_) => (
+            " PyPI packages (wheels) can be named in `packages` (installed once, then cached)."
+                .into(),
+            "; {\"code\": \"import numpy; print(numpy.eye(2))\", \"packages\": [\"numpy\"]}",
+        ),
+        None => (
+            " PyPI packages (wheels) can be named in `packages` when the daemon's profile allows \
+             them (installed once, then cached)."
+                .into(),
+            "; {\"code\": \"import numpy; print(numpy.eye(2))\", \"packages\": [\"numpy\"]}",
+        ),
+    };
     let default = usable.iter().find(|p| p.name == default_profile);
     let network = match default {
         Some(p) if p.network => "network access",
@@ -485,17 +569,15 @@ pub fn description(usable: &[&ProfileInfo], default_profile: &str, budgets: Budg
     format!(
         "Run a Python 3 script in a fresh, disposable Linux sandbox and return its exit \
          code, stdout, stderr and resource use. Each call starts clean: {network}, no state \
-         between calls, writable /work and /tmp only, no pip; PyPI packages (wheels) can be named in \
-         `packages` when the daemon's profile allows them (installed once, then cached); \
-         {limits}. A Python exception or a limit hit is reported as an error with the \
+         between calls, writable /work and /tmp only, no pip; {limits}.{packages_text} A \
+         Python exception or a limit hit is reported as an error with the \
          traceback or the reason. The result is JSON (exit_code, reason, stdout, stderr, \
          usage): structuredContent keeps up to {out} characters of each stream (head and \
          tail); the text content is the same JSON, led by \"error\" when the run failed, \
          with excerpts cut so that the whole text stays within {text} characters.\n\
          Examples: {{\"code\": \"print(sum(range(10)))\"}}; \
          {{\"code\": \"import sys; print(sys.stdin.read().upper())\", \"stdin\": \"hi\"}}; \
-         {{\"code\": \"import time; time.sleep(5)\", \"timeout_seconds\": 2}}; \
-         {{\"code\": \"import numpy; print(numpy.eye(2))\", \"packages\": [\"numpy\"]}}",
+         {{\"code\": \"import time; time.sleep(5)\", \"timeout_seconds\": 2}}{packages_example}",
         out = budgets.output_chars,
         text = budgets.text_chars,
     )
@@ -828,7 +910,7 @@ mod tests {
     #[test]
     fn tool_metadata() {
         let profiles = [profile("default", false), profile("net", true)];
-        let t = tool(Some(&profiles[..1]), "default", Budgets::default());
+        let t = tool(Some(&profiles[..1]), None, "default", Budgets::default());
         let a = t.annotations.clone().unwrap();
         assert_eq!(a.read_only_hint, Some(false));
         assert_eq!(a.destructive_hint, Some(false));
@@ -861,10 +943,10 @@ mod tests {
         let out = serde_json::Value::Object((*t.output_schema.clone().unwrap()).clone());
         assert_eq!(out["type"], "object");
         // A profile with network makes the tool open-world.
-        let t = tool(Some(&profiles), "default", Budgets::default());
+        let t = tool(Some(&profiles), None, "default", Budgets::default());
         assert_eq!(t.annotations.unwrap().open_world_hint, Some(true));
         // Unknown profiles: still closed-world, generic text.
-        let t = tool(None, "default", Budgets::default());
+        let t = tool(None, None, "default", Budgets::default());
         assert_eq!(t.annotations.unwrap().open_world_hint, Some(false));
     }
 
@@ -1069,7 +1151,7 @@ mod tests {
         let mut off = profile("off", false);
         off.disabled = Some("no cgroups".into());
         let profiles = [profile("default", false), long, off];
-        let t = tool(Some(&profiles), "default", Budgets::default());
+        let t = tool(Some(&profiles), None, "default", Budgets::default());
         let input = serde_json::Value::Object((*t.input_schema).clone());
         let output = serde_json::Value::Object((*t.output_schema.clone().unwrap()).clone());
         let mut found = vec![];
@@ -1136,7 +1218,7 @@ mod tests {
             assert!(LIMITS.contains(&limit_name(l)));
         }
         // Without a daemon: no enum, no maximum, but still the positive bound.
-        let t = tool(None, "default", Budgets::default());
+        let t = tool(None, None, "default", Budgets::default());
         let props = serde_json::Value::Object((*t.input_schema).clone())["properties"].clone();
         assert!(props["profile"].get("enum").is_none());
         assert!(props["timeout_seconds"].get("maximum").is_none());
@@ -1260,5 +1342,65 @@ mod tests {
         assert!(why.contains("the Vivarium daemon stopped"), "{why}");
         assert!(why.contains("did not run to its end"), "{why}");
         assert!(!why.starts_with("cancelled"), "{why}");
+    }
+
+    fn features(name: &str, unavailable: Option<&str>, from_index: bool) -> ProfileFeatures {
+        ProfileFeatures {
+            name: name.into(),
+            packages_unavailable: unavailable.map(String::from),
+            packages_from_index: from_index,
+        }
+    }
+
+    /// `packages` is advertised exactly where the daemon says it works.
+    #[test]
+    fn packages_are_advertised_where_they_work() {
+        let profiles = [profile("default", false), profile("wheels", false)];
+        let props =
+            |t: &Tool| serde_json::Value::Object((*t.input_schema).clone())["properties"].clone();
+        // Nowhere (no uv): no parameter, no sentence, no numpy example, closed world.
+        let none = [
+            features("default", Some("no uv is configured"), false),
+            features("wheels", Some("no uv is configured"), false),
+        ];
+        let t = tool(Some(&profiles), Some(&none), "default", Budgets::default());
+        assert!(props(&t).get("packages").is_none(), "{}", props(&t));
+        let d = t.description.clone().unwrap();
+        assert!(!d.contains("packages") && !d.contains("numpy"), "{d}");
+        assert_eq!(t.annotations.unwrap().open_world_hint, Some(false));
+        // On one profile, from a wheelhouse: named, still closed world.
+        let some = [
+            features(
+                "default",
+                Some("profile \"default\" does not allow packages"),
+                false,
+            ),
+            features("wheels", None, false),
+        ];
+        let t = tool(Some(&profiles), Some(&some), "default", Budgets::default());
+        let p = props(&t)["packages"]["description"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(p.contains("Only on the profiles `wheels`."), "{p}");
+        assert!(t
+            .description
+            .clone()
+            .unwrap()
+            .contains("on the profiles `wheels`"));
+        assert_eq!(t.annotations.unwrap().open_world_hint, Some(false));
+        // From an index: the installs reach the network, so the tool is open-world.
+        let index = [
+            features("default", None, true),
+            features("wheels", None, false),
+        ];
+        let t = tool(Some(&profiles), Some(&index), "default", Budgets::default());
+        assert!(props(&t)["packages"].is_object());
+        assert!(t.description.clone().unwrap().contains("numpy"));
+        assert_eq!(t.annotations.unwrap().open_world_hint, Some(true));
+        // An older daemon (no features): advertised as before, closed world.
+        let t = tool(Some(&profiles), None, "default", Budgets::default());
+        assert!(props(&t)["packages"].is_object());
+        assert_eq!(t.annotations.unwrap().open_world_hint, Some(false));
     }
 }

@@ -123,9 +123,18 @@ async def list_and_validate(s: ClientSession) -> Tool:
     check(t["outputSchema"]["type"] == "object", "output schema is an object", t["outputSchema"])
     check(t["inputSchema"]["required"] == ["code"], "only code is required", t["inputSchema"])
     props = t["inputSchema"]["properties"]
-    check(set(props) == {"code", "stdin", "timeout_seconds", "profile", "packages"}, "parameters", props)
-    check(props["packages"]["type"] == "array" and props["packages"]["items"] == {"type": "string"},
-          "packages is a plain list of requirement strings", props["packages"])
+    # The daemon says per profile whether packages work (protocol 4): with uv they do
+    # (from PyPI on the stock profiles, so the tool is open-world), without it the
+    # parameter is not advertised at all.
+    with_packages = bool(ARGS.packages_profile)
+    expected_props = {"code", "stdin", "timeout_seconds", "profile"} | ({"packages"} if with_packages else set())
+    check(set(props) == expected_props, "parameters", props)
+    if with_packages:
+        check(props["packages"]["type"] == "array" and props["packages"]["items"] == {"type": "string"},
+              "packages is a plain list of requirement strings", props["packages"])
+    else:
+        check("packages" not in t["description"] and "numpy" not in t["description"],
+              "no packages advertised without uv", t["description"])
     for name, p in props.items():
         check(not isinstance(p.get("type"), list) and "default" not in p, f"{name} is a plain optional property", p)
     check(props["timeout_seconds"]["exclusiveMinimum"] == 0 and props["timeout_seconds"]["maximum"] >= 30,
@@ -148,7 +157,7 @@ async def list_and_validate(s: ClientSession) -> Tool:
     for field in ("exit_code", "reason", "stdout", "stderr", "wall_ms", "cpu_ms", "peak_memory_bytes", "packages"):
         check(field in out, f"output schema has {field}", out)
     a = t["annotations"]
-    expected = {"readOnlyHint": False, "destructiveHint": False, "idempotentHint": False, "openWorldHint": False}
+    expected = {"readOnlyHint": False, "destructiveHint": False, "idempotentHint": False, "openWorldHint": with_packages}
     for k, v in expected.items():
         check(a.get(k) is v, f"annotation {k} is {v}", a)
     check(a.get("title"), "annotation title", a)
