@@ -72,6 +72,29 @@ impl Client {
         conn.settle(result)
     }
 
+    /// What each profile offers beyond [`ProfileInfo`] (whether its jobs can have
+    /// packages), or `None` from a daemon older than protocol 4, which cannot say.
+    pub async fn list_profile_features(
+        &mut self,
+    ) -> Result<Option<Vec<vivarium_proto::ProfileFeatures>>> {
+        // Only version 4 knows the request: wait for the hello's answer first.
+        if self.hello().await?.version < 4 {
+            return Ok(None);
+        }
+        let conn = &mut self.conn;
+        conn.begin()?;
+        let result = async {
+            send(&conn.sock, &Request::ListProfileFeatures).await?;
+            match conn.recv().await? {
+                Event::ProfileFeatures(features) => Ok(Some(features)),
+                Event::Error(e) => Err(ClientError::Refused(e)),
+                other => Err(unexpected("the profile features", &other)),
+            }
+        }
+        .await;
+        conn.settle(result)
+    }
+
     /// Submit `job`; events then come from [`JobHandle::next_event`]. With `stdin`, the job's
     /// stdin is streamed from it (while events are awaited) and closed at its end; without,
     /// the job's stdin is empty.

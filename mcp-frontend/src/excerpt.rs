@@ -8,7 +8,8 @@ use serde::Serialize;
 #[schemars(crate = "rmcp::schemars")]
 pub struct StreamExcerpt {
     /// The output (invalid UTF-8 replaced); when `truncated`, its head and tail with a marker
-    /// line saying how much of the middle was left out.
+    /// line saying how much of the middle was left out; a last line longer than the tail
+    /// keeps its start (a traceback's exception type) and its end around an inline marker.
     pub text: String,
     /// Exact number of bytes the job wrote to this stream (as received).
     pub total_bytes: u64,
@@ -32,52 +33,80 @@ pub fn count_lines(bytes: &[u8]) -> u64 {
 /// Excerpt `bytes` within `budget` characters: the whole text when it fits, else its head
 /// and tail (each snapped to a line boundary when one is near) around a marker line.
 pub fn excerpt(bytes: &[u8], budget: usize, capped_by_sandbox: bool) -> StreamExcerpt {
+    excerpt_weighted(bytes, budget, capped_by_sandbox, 50)
+}
+
+/// Like [`excerpt`], giving `head_percent` of the room to the head and the rest to the
+/// tail (an error's stderr keeps more tail: the traceback is there).
+pub fn excerpt_weighted(
+    bytes: &[u8],
+    budget: usize,
+    capped_by_sandbox: bool,
+    head_percent: usize,
+) -> StreamExcerpt {
     let text = String::from_utf8_lossy(bytes);
-    let total_bytes = bytes.len() as u64;
-    let total_lines = count_lines(bytes);
+    let (text, truncated) = cut(&text, budget, head_percent);
+    StreamExcerpt {
+        text,
+        total_bytes: bytes.len() as u64,
+        total_lines: count_lines(bytes),
+        truncated,
+        capped_by_sandbox,
+    }
+}
+
+/// `text` within `budget` characters, and whether anything was left out.
+fn cut(text: &str, budget: usize, head_percent: usize) -> (String, bool) {
     let chars = text.chars().count();
     if chars <= budget {
-        return StreamExcerpt {
-            text: text.into_owned(),
-            total_bytes,
-            total_lines,
-            truncated: false,
-            capped_by_sandbox,
-        };
+        return (text.to_owned(), false);
     }
     // Room for the marker, which never exceeds this many characters.
     const MARKER_ROOM: usize = 80;
     let room = budget.saturating_sub(MARKER_ROOM);
-    let head_chars = room / 2;
+    let head_chars = room * head_percent.min(100) / 100;
     let tail_chars = room - head_chars;
-    let head = snap_head(prefix_chars(&text, head_chars));
-    let tail = snap_tail(suffix_chars(&text, tail_chars));
+    let head = snap_head(prefix_chars(text, head_chars));
+    let tail = snap_tail(suffix_chars(text, tail_chars));
+    let sep = if head.is_empty() || head.ends_with('\n') {
+        ""
+    } else {
+        "\n"
+    };
+    // A tail that starts inside the last line loses that line's start, which for a
+    // traceback is the exception's type: keep the start of the line and its end.
+    const INNER_ROOM: usize = 32;
+    let tail_start = text.len() - tail.len();
+    let body_end = text.trim_end_matches('\n').len();
+    let last_line = text[..body_end].rfind('\n').map_or(0, |at| at + 1);
+    if last_line >= head.len() && last_line < tail_start && tail_chars > INNER_ROOM {
+        let line = &text[last_line..];
+        let keep = (tail_chars - INNER_ROOM) * 2 / 3;
+        let line_head = prefix_chars(line, keep);
+        let line_tail = suffix_chars(line, tail_chars - INNER_ROOM - keep);
+        let inner = line.len() - line_head.len() - line_tail.len();
+        let before = &text[head.len()..last_line];
+        let marker = if before.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "{sep}[... {} bytes, {} lines omitted ...]\n",
+                before.len(),
+                before.matches('\n').count()
+            )
+        };
+        return (
+            format!("{head}{marker}{line_head}[... {inner} bytes omitted ...]{line_tail}"),
+            true,
+        );
+    }
     let omitted = &text[head.len()..text.len() - tail.len()];
     let marker = format!(
         "[... {} bytes, {} lines omitted ...]",
         omitted.len(),
         omitted.matches('\n').count()
     );
-    let sep = if head.is_empty() || head.ends_with('\n') {
-        ""
-    } else {
-        "\n"
-    };
-    StreamExcerpt {
-        text: format!("{head}{sep}{marker}\n{tail}"),
-        total_bytes,
-        total_lines,
-        truncated: true,
-        capped_by_sandbox,
-    }
-}
-
-/// The last `max_chars` characters of `text`, starting at a line when one starts nearby.
-pub fn tail_text(text: &str, max_chars: usize) -> &str {
-    if text.chars().count() <= max_chars {
-        return text;
-    }
-    snap_tail(suffix_chars(text, max_chars))
+    (format!("{head}{sep}{marker}\n{tail}"), true)
 }
 
 fn prefix_chars(text: &str, n: usize) -> &str {
@@ -91,6 +120,9 @@ fn suffix_chars(text: &str, n: usize) -> &str {
     let count = text.chars().count();
     if n >= count {
         return text;
+    }
+    if n == 0 {
+        return "";
     }
     let (at, _) = text.char_indices().nth(count - n).expect("within bounds");
     &text[at..]
@@ -177,10 +209,32 @@ mod tests {
         assert_eq!(e.total_bytes, 3);
     }
 
+    /// `--output-chars 200` and a long exception message: the tail used to start in the
+    /// middle of the last line and lose `ValueError`.
     #[test]
-    fn tail_text_starts_at_a_line() {
-        let text = "first line is long enough\nsecond\nthird\n";
-        assert_eq!(tail_text(text, 100), text);
-        assert_eq!(tail_text(text, 16), "second\nthird\n");
+    fn the_last_line_keeps_its_start() {
+        let stderr = format!(
+            "Traceback (most recent call last):\n  File \"/work/script.py\", line 1, in <module>\n\
+             ValueError: {}end\n",
+            "bad value ".repeat(100)
+        );
+        for budget in [200, 500, 1_000] {
+            for head in [25, 50] {
+                let e = excerpt_weighted(stderr.as_bytes(), budget, false, head);
+                assert!(e.truncated);
+                assert!(e.text.chars().count() <= budget, "{budget}: {}", e.text);
+                let start = if budget == 200 {
+                    "\nValueError"
+                } else {
+                    "\nValueError: bad value"
+                };
+                assert!(e.text.contains(start), "{budget}: {}", e.text);
+                assert!(e.text.ends_with("end\n"), "{}", e.text);
+                assert!(e.text.starts_with("Traceback"), "{}", e.text);
+            }
+        }
+        // One long line: the head already has its start; the tail is plain.
+        let e = excerpt("x".repeat(10_000).as_bytes(), 200, false);
+        assert_eq!(e.text.matches("omitted").count(), 1, "{}", e.text);
     }
 }

@@ -9,6 +9,7 @@
 
 pub mod excerpt;
 pub mod limiter;
+pub mod lines;
 pub mod server;
 pub mod tool;
 
@@ -33,12 +34,19 @@ pub struct Config {
     pub max_calls_per_minute: u32,
     /// `run_python` calls running at once.
     pub max_concurrent_jobs: usize,
-    /// Characters kept per output stream (head and tail excerpt).
-    pub output_budget: usize,
+    /// Calls that may wait for a job slot; past them a call is refused.
+    pub max_queued_calls: usize,
+    /// How long a call may wait in the queue.
+    pub queue_timeout: Duration,
+    /// Characters of output a result carries: per stream in `structuredContent`, and in
+    /// all of its text content.
+    pub budgets: tool::Budgets,
     /// The profile used when a call names none.
     pub default_profile: String,
     /// How often progress notifications go out while a job runs.
     pub progress_interval: Duration,
+    /// How often the daemon's profiles are asked for again (a reload changes the tool).
+    pub profile_refresh: Duration,
 }
 
 /// Why serving stopped with an error.
@@ -53,17 +61,43 @@ pub enum ServeError {
 /// Serve MCP on stdin/stdout until stdin closes. On stdin EOF every in-flight job is
 /// killed at once (rmcp alone would wait up to 5 s for in-flight handlers to answer).
 pub async fn serve_stdio(config: Config) -> Result<(), ServeError> {
-    let profiles = server::fetch_profiles(&config.socket, Duration::from_secs(2)).await;
+    let profiles = match server::load_profiles(&config.socket, Duration::from_secs(2)).await {
+        Ok(profiles) => Some(profiles),
+        Err(e) => {
+            server::no_profiles_log(&config.socket, e.as_ref());
+            None
+        }
+    };
     let (eof_tx, eof_rx) = watch::channel(false);
+    let refresh_every = config.profile_refresh;
     let server = VivariumServer::new(config, profiles, eof_rx.clone());
+    let refresher = server.clone();
     let stdin = EofSignal {
-        inner: tokio::io::stdin(),
+        inner: lines::LineGuard::new(tokio::io::stdin(), lines::MAX_LINE_BYTES),
         eof: eof_tx,
     };
-    let service = server
-        .serve((stdin, tokio::io::stdout()))
-        .await
-        .map_err(|e| ServeError::Start(Box::new(e)))?;
+    let service = match server.serve((stdin, tokio::io::stdout())).await {
+        Ok(service) => service,
+        // EOF before `initialize`: a probe, or a 2026-07-28 client that only asked
+        // `server/discover`. Nothing went wrong.
+        Err(rmcp::service::ServerInitializeError::ConnectionClosed(during)) => {
+            tracing::info!(during, "the client closed the connection without a session");
+            return Ok(());
+        }
+        Err(e) => return Err(ServeError::Start(Box::new(e))),
+    };
+    // A daemon reload changes the profiles: look again now and then, and tell the client.
+    let peer = service.peer().clone();
+    let refresh = tokio::spawn(async move {
+        let mut ticker = tokio::time::interval(refresh_every);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ticker.tick().await;
+        loop {
+            ticker.tick().await;
+            refresher.refresh_profiles(Some(&peer)).await;
+        }
+    });
+    let _refresh = AbortOnDrop(refresh);
     let mut eof = eof_rx;
     let waiting = service.waiting();
     tokio::pin!(waiting);
@@ -81,6 +115,15 @@ pub async fn serve_stdio(config: Config) -> Result<(), ServeError> {
         }
     }
     Ok(())
+}
+
+/// Aborts its task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Resolves once `eof` is true (or its sender is gone).

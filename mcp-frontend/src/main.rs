@@ -19,15 +19,29 @@ struct Args {
     /// run_python calls running at once.
     #[arg(long, default_value_t = 4, env = "VIVARIUM_MCP_MAX_JOBS", value_parser = clap::value_parser!(u32).range(1..))]
     max_concurrent_jobs: u32,
+    /// run_python calls that may wait for a free slot (beyond them a call is refused).
+    #[arg(long, default_value_t = 16, env = "VIVARIUM_MCP_MAX_QUEUED")]
+    max_queued_calls: u32,
+    /// Seconds a queued call may wait for a slot before it is refused.
+    #[arg(long, default_value_t = 120.0)]
+    queue_timeout: f64,
     /// Characters of stdout and of stderr returned (head and tail excerpt), each.
     #[arg(long, default_value_t = 8000, env = "VIVARIUM_MCP_OUTPUT_CHARS", value_parser = clap::value_parser!(u32).range(200..))]
     output_chars: u32,
+    /// Characters of a result's text content in all (the result as JSON, with shorter
+    /// excerpts when needed), for hosts that show the model only the text.
+    #[arg(long, default_value_t = vivarium_mcp::tool::DEFAULT_TEXT_CHARS as u32, env = "VIVARIUM_MCP_TEXT_CHARS", value_parser = clap::value_parser!(u32).range(1000..))]
+    text_chars: u32,
     /// The profile used when a call names none.
     #[arg(long, default_value = "default")]
     profile: String,
     /// Seconds between progress notifications while a job runs.
     #[arg(long, default_value_t = 1.0)]
     progress_interval: f64,
+    /// Seconds between looks at the daemon's profiles (a reload changes the tool; the
+    /// client gets notifications/tools/list_changed).
+    #[arg(long, default_value_t = 10.0)]
+    profile_refresh: f64,
 }
 
 #[tokio::main]
@@ -46,9 +60,15 @@ async fn main() -> std::process::ExitCode {
         socket: vivarium_mcp::server::socket_path(args.socket),
         max_calls_per_minute: args.max_calls_per_minute,
         max_concurrent_jobs: args.max_concurrent_jobs as usize,
-        output_budget: args.output_chars as usize,
+        max_queued_calls: args.max_queued_calls as usize,
+        queue_timeout: Duration::from_secs_f64(args.queue_timeout.clamp(0.0, 86_400.0)),
+        budgets: vivarium_mcp::tool::Budgets {
+            output_chars: args.output_chars as usize,
+            text_chars: args.text_chars as usize,
+        },
         default_profile: args.profile,
         progress_interval: Duration::from_secs_f64(args.progress_interval.clamp(0.1, 10.0)),
+        profile_refresh: Duration::from_secs_f64(args.profile_refresh.clamp(0.1, 3600.0)),
     };
     match vivarium_mcp::serve_stdio(config).await {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -15,9 +15,9 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 use vivarium_client::{Client, ClientError, Job, JobEvent, ProfileInfo, Stream};
-use vivarium_proto::{error_chain, ErrorCode};
+use vivarium_proto::{error_chain, ErrorCode, ProfileFeatures};
 
-use crate::limiter::Limiter;
+use crate::limiter::{Admission, Limiter, Refusal, Ticket};
 use crate::tool::{self, RunPythonArgs, TOOL_NAME};
 use crate::Config;
 
@@ -38,6 +38,8 @@ struct Inner {
     limiter: Limiter,
     /// The daemon's profiles, once it has answered.
     profiles: Mutex<Option<Vec<ProfileInfo>>>,
+    /// What they offer (protocol 4+ daemons; `None` before, or from an older daemon).
+    features: Mutex<Option<Vec<ProfileFeatures>>>,
     /// Becomes true when stdin reaches EOF: every running job is then killed.
     eof: watch::Receiver<bool>,
 }
@@ -46,15 +48,24 @@ impl VivariumServer {
     /// A server for `config`, with the daemon's profiles if it answered at startup.
     pub fn new(
         config: Config,
-        profiles: Option<Vec<ProfileInfo>>,
+        profiles: Option<Profiles>,
         eof: watch::Receiver<bool>,
     ) -> VivariumServer {
-        let limiter = Limiter::new(config.max_calls_per_minute, config.max_concurrent_jobs);
+        let (profiles, features) = match profiles {
+            Some((p, f)) => (Some(p), f),
+            None => (None, None),
+        };
+        let limiter = Limiter::new(
+            config.max_calls_per_minute,
+            config.max_concurrent_jobs,
+            config.max_queued_calls,
+        );
         VivariumServer {
             inner: Arc::new(Inner {
                 config,
                 limiter,
                 profiles: Mutex::new(profiles),
+                features: Mutex::new(features),
                 eof,
             }),
         }
@@ -68,30 +79,135 @@ impl VivariumServer {
             .clone()
     }
 
-    /// The tool, asking the daemon for its profiles first if they are not known yet.
-    async fn current_tool(&self) -> Tool {
-        if self.profiles().is_none() {
-            if let Some(found) =
-                fetch_profiles(&self.inner.config.socket, Duration::from_secs(1)).await
-            {
-                *self
-                    .inner
-                    .profiles
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner()) = Some(found);
-            }
-        }
+    fn features(&self) -> Option<Vec<ProfileFeatures>> {
+        self.inner
+            .features
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The tool as it stands (no daemon round trip).
+    fn tool_now(&self) -> Tool {
         tool::tool(
             self.profiles().as_deref(),
+            self.features().as_deref(),
             &self.inner.config.default_profile,
+            self.inner.config.budgets,
         )
     }
 
-    /// Run one admitted call to its end (or until the request is cancelled).
+    /// Ask the daemon for its profiles again; when the answer changes the tool (a reload,
+    /// or the daemon's first answer), keep it and tell `peer` that the tool list changed.
+    /// A daemon that does not answer leaves the last list in place.
+    pub async fn refresh_profiles(&self, peer: Option<&Peer<RoleServer>>) -> bool {
+        let Ok((found, features)) =
+            load_profiles(&self.inner.config.socket, Duration::from_secs(1)).await
+        else {
+            return false;
+        };
+        let before = self.tool_now();
+        {
+            let mut profiles = self
+                .inner
+                .profiles
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            let mut known = self
+                .inner
+                .features
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if profiles.as_ref() == Some(&found) && *known == features {
+                return false;
+            }
+            *profiles = Some(found);
+            *known = features;
+        }
+        if self.tool_now() == before {
+            return false;
+        }
+        info!("the daemon's profiles changed; the tool list changed");
+        if let Some(peer) = peer {
+            if let Err(e) = peer.notify_tool_list_changed().await {
+                debug!(error = %e, "tools/list_changed not sent");
+            }
+        }
+        true
+    }
+
+    fn usable_profile_names(&self) -> Vec<String> {
+        self.profiles()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|p| p.disabled.is_none())
+            .map(|p| format!("`{}`", p.name))
+            .collect()
+    }
+
+    /// When a refused call may retry: a running call ends within its wall limit.
+    fn retry_after_s(&self) -> u64 {
+        let default = &self.inner.config.default_profile;
+        self.profiles()
+            .and_then(|ps| ps.into_iter().find(|p| &p.name == default))
+            .map_or(30, |p| p.max.wall_ms.div_ceil(1000).max(1))
+    }
+
+    /// Wait in the queue for a job slot, telling the client it is queued; a tool error
+    /// when the wait is cancelled, the client goes away, or the wait limit passes.
+    async fn wait_in_queue(
+        &self,
+        ticket: Ticket,
+        context: &RequestContext<RoleServer>,
+        progress: &mut Option<Progress>,
+    ) -> Result<tokio::sync::OwnedSemaphorePermit, CallToolResult> {
+        let config = &self.inner.config;
+        let running = self.inner.limiter.max_jobs();
+        let message = format!(
+            "queued: {} call(s) ahead; this server runs {running} run_python calls at a time",
+            ticket.position
+        );
+        debug!(position = ticket.position, "call queued");
+        let started = Instant::now();
+        let wait = ticket.wait();
+        tokio::pin!(wait);
+        let deadline = tokio::time::sleep(config.queue_timeout);
+        tokio::pin!(deadline);
+        let mut ticker = tokio::time::interval(config.progress_interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        let mut eof = self.inner.eof.clone();
+        loop {
+            tokio::select! {
+                biased;
+                () = context.ct.cancelled() => {
+                    return Err(self.tool_error("cancelled while queued: nothing ran".into()));
+                }
+                () = crate::until_eof(&mut eof) => {
+                    return Err(self.tool_error("the MCP client went away while the call was queued: nothing ran".into()));
+                }
+                permit = &mut wait => return Ok(permit),
+                () = &mut deadline => {
+                    let refusal = Refusal::QueueTimeout {
+                        waited_s: started.elapsed().as_secs(),
+                        running,
+                        retry_after_s: self.retry_after_s(),
+                    };
+                    return Err(self.tool_error(refusal.to_string()));
+                }
+                _ = ticker.tick(), if progress.is_some() => {
+                    if let Some(p) = progress.as_mut() {
+                        p.send_message(message.clone()).await;
+                    }
+                }
+            }
+        }
+    }
+
     async fn run(
         &self,
         args: RunPythonArgs,
         context: &RequestContext<RoleServer>,
+        mut progress: Option<Progress>,
     ) -> CallToolResult {
         let config = &self.inner.config;
         let profile = args
@@ -101,7 +217,7 @@ impl VivariumServer {
         if let Err(text) =
             tool::check_timeout(args.timeout_seconds, &profile, self.profiles().as_deref())
         {
-            return tool_error(text);
+            return self.tool_error(text);
         }
         let client_name = format!("{SERVER_NAME}/{}", env!("CARGO_PKG_VERSION"));
         // The hello's answer before the job: a refused hello gets its own advice.
@@ -112,8 +228,8 @@ impl VivariumServer {
         };
         let mut client = match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
             Ok(Ok(client)) => client,
-            Ok(Err(e)) => return tool_error(connect_error_text(&config.socket, &e)),
-            Err(_) => return tool_error(connect_timeout_text(&config.socket)),
+            Ok(Err(e)) => return self.tool_error(connect_error_text(&config.socket, &e)),
+            Err(_) => return self.tool_error(connect_timeout_text(&config.socket)),
         };
         let mut job = Job::new(args.code).profile(profile.clone());
         job.packages = args.packages.unwrap_or_default();
@@ -123,17 +239,28 @@ impl VivariumServer {
         let stdin = args.stdin.map(String::into_bytes);
         let mut handle = match client.submit(&job, stdin.as_deref()).await {
             Ok(handle) => handle,
-            Err(e) => return tool_error(job_error_text(&e)),
+            Err(e) => {
+                if let ClientError::Refused(w) = &e {
+                    if matches!(
+                        w.code,
+                        ErrorCode::UnknownProfile | ErrorCode::ProfileDisabled
+                    ) {
+                        // Our list may be stale (a reload): refresh it, and name what is there.
+                        self.refresh_profiles(Some(&context.peer)).await;
+                        let names = self.usable_profile_names();
+                        return self.tool_error(format!(
+                            "{} Profiles now: {}.",
+                            job_error_text(&e),
+                            names.join(", ")
+                        ));
+                    }
+                }
+                return self.tool_error(job_error_text(&e));
+            }
         };
         // `JobHandle` is not `Sync`, so `handle.cancel()` cannot be awaited in a `Send`
         // future; a `Canceller` can.
         let canceller = handle.canceller();
-        let mut progress = context.meta.get_progress_token().map(|token| Progress {
-            peer: context.peer.clone(),
-            token,
-            started: Instant::now(),
-            last: 0.0,
-        });
         let mut ticker = tokio::time::interval(config.progress_interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         ticker.tick().await; // the first tick is immediate
@@ -148,12 +275,12 @@ impl VivariumServer {
                     let _ = tokio::time::timeout(Duration::from_millis(200), canceller.cancel()).await;
                     drop(handle);
                     info!(profile, "request cancelled; job killed");
-                    return tool_error("cancelled: the job was killed".into());
+                    return self.tool_error("cancelled: the job was killed".into());
                 }
                 () = crate::until_eof(&mut eof) => {
                     drop(handle);
                     info!(profile, "stdin closed; job killed");
-                    return tool_error("the MCP client went away: the job was killed".into());
+                    return self.tool_error("the MCP client went away: the job was killed".into());
                 }
                 event = handle.next_event() => match event {
                     Ok(Some(JobEvent::Output(stream, bytes))) => {
@@ -172,8 +299,8 @@ impl VivariumServer {
                     Ok(Some(JobEvent::Queued { position })) => {
                         latest_line = format!("queued in the daemon (position {position})");
                     }
-                    Ok(None) => return tool_error("the daemon ended the job without an outcome".into()),
-                    Err(e) => return tool_error(job_error_text(&e)),
+                    Ok(None) => return self.tool_error("the Vivarium daemon closed the connection before the job's outcome (it stopped or restarted): the job did not run to its end, or its end was not reported; retry once the daemon is back".into()),
+                    Err(e) => return self.tool_error(job_error_text(&e)),
                 },
                 _ = ticker.tick(), if progress.is_some() => {
                     if let Some(p) = progress.as_mut() {
@@ -192,8 +319,11 @@ impl VivariumServer {
             &outcome,
             &stdout,
             &stderr,
-            config.output_budget,
+            config.budgets,
             handle.packages(),
+            self.profiles()
+                .and_then(|ps| ps.into_iter().find(|p| p.name == outcome.profile))
+                .map(|p| p.max.output_bytes),
         )
     }
 }
@@ -207,16 +337,31 @@ struct Progress {
 }
 
 impl Progress {
+    /// Progress for `context`'s request, if it asked for any.
+    fn for_request(context: &RequestContext<RoleServer>) -> Option<Progress> {
+        context.meta.get_progress_token().map(|token| Progress {
+            peer: context.peer.clone(),
+            token,
+            started: Instant::now(),
+            last: 0.0,
+        })
+    }
+
     async fn send(&mut self, latest_line: &str) {
         let elapsed = self.started.elapsed().as_secs_f64();
-        // Whole tenths of seconds, strictly above the last value sent.
-        let value = ((elapsed * 10.0).floor() / 10.0).max(self.last + 0.1);
-        self.last = value;
         let message = if latest_line.is_empty() {
             format!("running for {elapsed:.0} s, no output yet")
         } else {
             format!("running for {elapsed:.0} s; latest output: {latest_line}")
         };
+        self.send_message(message).await;
+    }
+
+    async fn send_message(&mut self, message: String) {
+        let elapsed = self.started.elapsed().as_secs_f64();
+        // Whole tenths of seconds, strictly above the last value sent.
+        let value = ((elapsed * 10.0).floor() / 10.0).max(self.last + 0.1);
+        self.last = value;
         let param = ProgressNotificationParam::new(self.token.clone(), value).with_message(message);
         if let Err(e) = self.peer.notify_progress(param).await {
             debug!(error = %e, "progress notification not sent");
@@ -235,17 +380,91 @@ fn tool_error(text: String) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(text)])
 }
 
+impl VivariumServer {
+    /// A tool error whose text fits the text budget.
+    fn tool_error(&self, text: String) -> CallToolResult {
+        tool_error(tool::error_text(text, self.inner.config.budgets.text_chars))
+    }
+}
+
+/// The system daemon's socket (the default for root).
+const SYSTEM_SOCKET: &str = "/run/vivarium/vivariumd.sock";
+
 /// How to start a daemon, for the message a newcomer sees first.
 fn start_hint(socket: &Path) -> String {
-    format!(
-        "Start one with `sudo vivariumd --profiles /path/to/vivarium/profiles` (full isolation \
-         and cgroup limits), or without root with `vivariumd --profiles /path/to/vivarium/profiles` \
-         and use the `rootless` profile (limits by rlimits unless the user service has a \
-         delegated cgroup v2 subtree; `dist/install.sh --user` sets that up). Add `--config FILE` \
-         with `socket = \"{}\"` for a non-default socket, or point this server at a running \
-         daemon with `vivarium-mcp --socket PATH` or VIVARIUM_SOCKET=PATH.",
-        socket.display()
+    start_hint_for(
+        socket,
+        vivarium_client::effective_uid(),
+        &vivarium_client::default_socket_path(),
     )
+}
+
+/// [`start_hint`] for a user (`euid`) whose default socket is `user_default`: each case
+/// says what is true for it (which daemon listens where by default, and what to add).
+fn start_hint_for(socket: &Path, euid: u32, user_default: &Path) -> String {
+    const PROFILES: &str = "--profiles /path/to/vivarium/profiles";
+    const ROOTLESS: &str = "use the `rootless` profile (limits by rlimits unless the user \
+                            service has a delegated cgroup v2 subtree; `dist/install.sh --user` \
+                            sets that up)";
+    const ADMIT: &str = "the daemon must admit this user: `allow_uids` / `allow_groups` and \
+                         `socket_mode` in its config";
+    const POINT: &str = "Or point this server at a running daemon with `vivarium-mcp --socket \
+                         PATH` or VIVARIUM_SOCKET=PATH.";
+    let system = Path::new(SYSTEM_SOCKET);
+    let s = socket.display();
+    if socket == system {
+        let admit = if euid == 0 {
+            String::new()
+        } else {
+            format!(" ({ADMIT})")
+        };
+        return format!(
+            "Start the system daemon with `sudo vivariumd {PROFILES}` (full isolation and \
+             cgroup limits); it listens on {s} by default{admit}. {POINT}"
+        );
+    }
+    if euid != 0 && socket == user_default {
+        return format!(
+            "Start one as this user with `vivariumd {PROFILES}` (it listens on {s} by \
+             default) and {ROOTLESS}. For full isolation run the system daemon with `sudo \
+             vivariumd {PROFILES}`, which listens on {SYSTEM_SOCKET}, and start this server \
+             with `--socket {SYSTEM_SOCKET}` ({ADMIT})."
+        );
+    }
+    let as_user = if euid == 0 {
+        String::new()
+    } else {
+        format!(
+            " (as root, {ADMIT}), or as this user with `vivariumd {PROFILES} --socket {s}` and \
+             {ROOTLESS}"
+        )
+    };
+    format!(
+        "Start one that listens there with `sudo vivariumd {PROFILES} --socket {s}` (full \
+         isolation and cgroup limits){as_user}. {POINT}"
+    )
+}
+
+/// What the startup log says when the daemon gave no profile list: true to the case.
+pub fn no_profiles_log(socket: &Path, error: Option<&ClientError>) {
+    let socket = socket.display();
+    match error {
+        None => {
+            warn!(%socket, "the daemon did not answer the profile list in time; the tool is described without profiles")
+        }
+        Some(ClientError::Connect { source, .. })
+            if source.kind() == std::io::ErrorKind::PermissionDenied =>
+        {
+            warn!(%socket, "permission denied on the daemon's socket: this user may not use it (allow_uids / allow_groups and socket_mode in the daemon config)");
+        }
+        Some(ClientError::Connect { source, .. }) => {
+            warn!(%socket, error = %source, "no daemon is listening; the first tool call will say how to start one");
+        }
+        Some(ClientError::Refused(w)) if w.code == ErrorCode::NotAuthorized => {
+            warn!(%socket, message = %w.message, "the daemon answered but does not admit this user (allow_uids / allow_groups in its config)");
+        }
+        Some(e) => warn!(%socket, error = %e, "the daemon answered but gave no profile list"),
+    }
 }
 
 /// The tool error for a failed connect or hello.
@@ -301,6 +520,11 @@ fn job_error_text(e: &ClientError) -> String {
                 w.message
             ),
             ErrorCode::LimitOutOfRange => format!("invalid timeout_seconds: {}", w.message),
+            ErrorCode::ShuttingDown => format!(
+                "the Vivarium daemon is shutting down and takes no new jobs ({}); nothing ran; \
+                 retry once it is back",
+                w.message
+            ),
             _ => format!("the daemon refused the job ({:?}): {}", w.code, w.message),
         },
         other => format!(
@@ -310,30 +534,50 @@ fn job_error_text(e: &ClientError) -> String {
     }
 }
 
-/// The daemon's profiles, or `None` if it does not answer within `timeout`.
-pub async fn fetch_profiles(socket: &Path, timeout: Duration) -> Option<Vec<ProfileInfo>> {
+/// The daemon's profiles and what they offer (`None` from a daemon older than protocol 4).
+pub type Profiles = (Vec<ProfileInfo>, Option<Vec<ProfileFeatures>>);
+
+/// The daemon's profiles, or why not (logged at debug: callers decide what to say).
+pub async fn load_profiles(
+    socket: &Path,
+    timeout: Duration,
+) -> Result<Profiles, Option<ClientError>> {
     let name = format!("{SERVER_NAME}/{}", env!("CARGO_PKG_VERSION"));
     let ask = async {
         let mut client = Client::connect_as(socket, &name).await?;
-        client.list_profiles().await
+        let profiles = client.list_profiles().await?;
+        // Features are extra: a daemon that cannot say leaves them unknown.
+        let features = match client.list_profile_features().await {
+            Ok(features) => features,
+            Err(e) => {
+                debug!(error = %e, "no profile features from the daemon");
+                None
+            }
+        };
+        Ok((profiles, features))
     };
     match tokio::time::timeout(timeout, ask).await {
-        Ok(Ok(profiles)) => Some(profiles),
+        Ok(Ok(profiles)) => Ok(profiles),
         Ok(Err(e)) => {
-            warn!(socket = %socket.display(), error = %error_chain(&e), "daemon not reachable; the first tool call will say how to start it");
-            None
+            debug!(socket = %socket.display(), error = %e, "no profile list from the daemon");
+            Err(Some(e))
         }
         Err(_) => {
-            warn!(socket = %socket.display(), "daemon did not answer the profile list in time");
-            None
+            debug!(socket = %socket.display(), "the daemon did not answer the profile list in time");
+            Err(None)
         }
     }
 }
 
 impl ServerHandler for VivariumServer {
     fn get_info(&self) -> ServerConfig {
-        let mut info = ServerConfig::new(ServerCapabilities::builder().enable_tools().build());
-        info.server_info = Implementation::new(SERVER_NAME, env!("CARGO_PKG_VERSION"));
+        let mut info = ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build(),
+        );
+        info.server_info = server_info();
         info.instructions = Some(
             "Use run_python to execute Python code in an isolated, disposable sandbox (no \
              network, resource limits). Each call is independent."
@@ -347,18 +591,44 @@ impl ServerHandler for VivariumServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(vec![
-            self.current_tool().await,
-        ]))
+        // The client asks for the list: no notification needed, just the latest.
+        self.refresh_profiles(None).await;
+        Ok(ListToolsResult::with_all_items(vec![self.tool_now()]))
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
-        (name == TOOL_NAME).then(|| {
-            tool::tool(
-                self.profiles().as_deref(),
-                &self.inner.config.default_profile,
-            )
-        })
+        (name == TOOL_NAME).then(|| self.tool_now())
+    }
+
+    async fn on_custom_request(
+        &self,
+        request: rmcp::model::CustomRequest,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::CustomResult, ErrorData> {
+        if request.method != crate::lines::OVERSIZED_METHOD {
+            return Err(ErrorData::new(
+                rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+                request.method,
+                None,
+            ));
+        }
+        // The stand-in for a request line over the limit (crate::lines).
+        let bytes = request
+            .params
+            .as_ref()
+            .and_then(|p| p.get("bytes"))
+            .and_then(|b| b.as_u64())
+            .unwrap_or_default();
+        Err(ErrorData::invalid_request(
+            format!(
+                "request too large: its line has {bytes} bytes; this server reads at most {} \
+                 bytes per message. Keep `code` within {} and `stdin` within {} characters.",
+                crate::lines::MAX_LINE_BYTES,
+                tool::MAX_CODE_CHARS,
+                tool::MAX_STDIN_CHARS
+            ),
+            request.params,
+        ))
     }
 
     async fn call_tool(
@@ -377,14 +647,30 @@ impl ServerHandler for VivariumServer {
         }
         let args = match tool::parse_args(request.arguments) {
             Ok(args) => args,
-            Err(text) => return Ok(tool_error(text).into()),
+            Err(text) => return Ok(self.tool_error(text).into()),
         };
-        let _permit = match self.inner.limiter.admit() {
-            Ok(permit) => permit,
-            Err(refusal) => return Ok(tool_error(refusal.to_string()).into()),
+        let mut progress = Progress::for_request(&context);
+        let _permit = match self.inner.limiter.admit(self.retry_after_s()) {
+            Ok(Admission::Run(permit)) => permit,
+            Ok(Admission::Queued(ticket)) => {
+                match self.wait_in_queue(ticket, &context, &mut progress).await {
+                    Ok(permit) => permit,
+                    Err(result) => return Ok(result.into()),
+                }
+            }
+            Err(refusal) => return Ok(self.tool_error(refusal.to_string()).into()),
         };
-        Ok(self.run(args, &context).await.into())
+        Ok(self.run(args, &context, progress).await.into())
     }
+}
+
+/// Who this server is (`serverInfo`): name and version, and the title, description and
+/// website the 2025-11-25 revision allows.
+pub fn server_info() -> Implementation {
+    Implementation::new(SERVER_NAME, env!("CARGO_PKG_VERSION"))
+        .with_title("Vivarium: sandboxed Python")
+        .with_description(env!("CARGO_PKG_DESCRIPTION"))
+        .with_website_url(env!("CARGO_PKG_REPOSITORY"))
 }
 
 /// Where the daemon's socket is: the flag, else `VIVARIUM_SOCKET`, else the default.
@@ -401,6 +687,46 @@ mod tests {
         assert_eq!(last_line(b"a\nb\n\n").as_deref(), Some("b"));
         assert_eq!(last_line(b"\n\n"), None);
         assert_eq!(last_line(&[b'x'; 500]).unwrap().len(), 200);
+    }
+
+    #[test]
+    fn start_hints_are_true_to_the_case() {
+        let user_default = Path::new("/run/user/1000/vivarium/vivariumd.sock");
+        let other = Path::new("/srv/viv.sock");
+        let system = Path::new(SYSTEM_SOCKET);
+        // A user at their own default: a user daemon listens there without flags; the
+        // root daemon listens elsewhere and needs --socket here.
+        let t = start_hint_for(user_default, 1000, user_default);
+        assert!(t.contains("as this user with `vivariumd --profiles"), "{t}");
+        assert!(
+            t.contains("listens on /run/user/1000/vivarium/vivariumd.sock by default"),
+            "{t}"
+        );
+        assert!(t.contains("`--socket /run/vivarium/vivariumd.sock`"), "{t}");
+        assert!(!t.contains("--config") && !t.contains("non-default"), "{t}");
+        // Any user at another path: the daemon's own --socket.
+        for euid in [0, 1000] {
+            let t = start_hint_for(other, euid, user_default);
+            assert!(
+                t.contains(
+                    "`sudo vivariumd --profiles /path/to/vivarium/profiles --socket /srv/viv.sock`"
+                ),
+                "{t}"
+            );
+            assert!(t.contains("VIVARIUM_SOCKET"), "{t}");
+            assert_eq!(t.contains("as this user"), euid != 0, "{t}");
+        }
+        // The system socket: the system daemon, which must admit a non-root user.
+        let t = start_hint_for(system, 1000, user_default);
+        assert!(
+            t.contains("`sudo vivariumd --profiles") && t.contains("allow_uids"),
+            "{t}"
+        );
+        let t = start_hint_for(system, 0, system);
+        assert!(
+            t.contains("`sudo vivariumd --profiles") && !t.contains("allow_uids"),
+            "{t}"
+        );
     }
 
     #[test]

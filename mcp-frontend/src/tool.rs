@@ -7,11 +7,33 @@ use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool, ToolAnnotation
 use rmcp::schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use vivarium_client::{format_bytes, limit_name, Outcome, ProfileInfo};
-use vivarium_proto::{ExitStatus, Reason};
+use vivarium_proto::{ExitStatus, ProfileFeatures, Reason};
 
-use crate::excerpt::{excerpt, tail_text, StreamExcerpt};
+use crate::excerpt::{excerpt_weighted, StreamExcerpt};
 
 pub const TOOL_NAME: &str = "run_python";
+
+/// Characters of a result's text content, by default: well under the 10,000 that Claude
+/// Code keeps of a tool result before it cuts the middle out.
+pub const DEFAULT_TEXT_CHARS: usize = 8_000;
+
+/// How much of a job's output a result carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budgets {
+    /// Characters of each stream's excerpt in `structuredContent`.
+    pub output_chars: usize,
+    /// Characters of the whole text content (the JSON text, escapes included).
+    pub text_chars: usize,
+}
+
+impl Default for Budgets {
+    fn default() -> Budgets {
+        Budgets {
+            output_chars: 8_000,
+            text_chars: DEFAULT_TEXT_CHARS,
+        }
+    }
+}
 
 /// Arguments of `run_python`.
 #[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
@@ -28,7 +50,7 @@ pub struct RunPythonArgs {
     /// which also applies when omitted.
     #[serde(default)]
     pub timeout_seconds: Option<f64>,
-    /// Sandbox profile to run under (see the tool description); `default` when omitted.
+    /// Sandbox profile to run under; the server's default profile when omitted.
     #[serde(default)]
     pub profile: Option<String>,
     /// PyPI packages to install before the run, as PEP 508 requirements (e.g.
@@ -94,17 +116,95 @@ pub fn reason_name(reason: Reason) -> &'static str {
 
 /// Parse a call's arguments; the error text is meant for the model.
 pub fn parse_args(arguments: Option<JsonObject>) -> Result<RunPythonArgs, String> {
-    let value = serde_json::Value::Object(arguments.unwrap_or_default());
+    let arguments = arguments.unwrap_or_default();
+    check_types(&arguments).map_err(|e| format!("invalid arguments for {TOOL_NAME}: {e}"))?;
+    let value = serde_json::Value::Object(arguments);
     let args: RunPythonArgs = serde_json::from_value(value)
         .map_err(|e| format!("invalid arguments for {TOOL_NAME}: {e}"))?;
+    for (name, value, max) in [
+        ("code", Some(&args.code), MAX_CODE_CHARS),
+        ("stdin", args.stdin.as_ref(), MAX_STDIN_CHARS),
+    ] {
+        let chars = value.map_or(0, |v| v.chars().count());
+        if chars > max {
+            return Err(format!(
+                "invalid arguments for {TOOL_NAME}: `{name}` has {chars} characters; at most \
+                 {max}. Generate large data inside the script, or pass less of it."
+            ));
+        }
+    }
+    if let Some(p) = &args.packages {
+        if p.len() > MAX_PACKAGES {
+            return Err(format!(
+                "invalid arguments for {TOOL_NAME}: packages names {} requirements; at most {MAX_PACKAGES}",
+                p.len()
+            ));
+        }
+    }
     if let Some(t) = args.timeout_seconds {
         if !(t.is_finite() && t > 0.0) {
             return Err(format!(
-                "invalid arguments for {TOOL_NAME}: timeout_seconds must be a positive number of seconds, got {t}"
+                "invalid arguments for {TOOL_NAME}: `timeout_seconds` must be a number of seconds greater than 0, got {t}"
             ));
         }
     }
     Ok(args)
+}
+
+/// The parameters and what each must be, in the schema's words.
+const PARAMETERS: [(&str, &str); 5] = [
+    ("code", "a string of Python source"),
+    ("stdin", "a string"),
+    ("timeout_seconds", "a number of seconds greater than 0"),
+    ("profile", "a string naming a profile"),
+    ("packages", "an array of strings (PEP 508 requirements)"),
+];
+
+/// Check each argument's JSON type before serde does, so that a wrong one is described
+/// as the schema says (`a number of seconds`), not as a Rust type (`expected f64`).
+fn check_types(arguments: &JsonObject) -> Result<(), String> {
+    use serde_json::Value;
+    fn kind(v: &Value) -> &'static str {
+        match v {
+            Value::Null => "null",
+            Value::Bool(_) => "a boolean",
+            Value::Number(_) => "a number",
+            Value::String(_) => "a string",
+            Value::Array(_) => "an array",
+            Value::Object(_) => "an object",
+        }
+    }
+    for (name, value) in arguments {
+        let Some((_, must)) = PARAMETERS.iter().find(|(n, _)| n == name) else {
+            let names: Vec<String> = PARAMETERS.iter().map(|(n, _)| format!("`{n}`")).collect();
+            return Err(format!(
+                "unknown field `{name}`; the parameters are {}",
+                names.join(", ")
+            ));
+        };
+        // An optional parameter may be null (as if omitted); `code` may not.
+        let fits = match (name.as_str(), value) {
+            (_, Value::Null) => name != "code",
+            ("timeout_seconds", v) => v.is_number(),
+            ("packages", Value::Array(items)) => items.iter().all(Value::is_string),
+            ("packages", _) => false,
+            (_, v) => v.is_string(),
+        };
+        if !fits {
+            let got = match value {
+                Value::Array(items) if name == "packages" => {
+                    let bad = items.iter().find(|i| !i.is_string()).map_or("null", kind);
+                    format!("an array with {bad} in it")
+                }
+                v => kind(v).to_string(),
+            };
+            return Err(format!("`{name}` must be {must}, got {got}"));
+        }
+    }
+    if !arguments.contains_key("code") {
+        return Err("missing field `code` (a string of Python source)".into());
+    }
+    Ok(())
 }
 
 /// Milliseconds for a timeout in seconds, rounded up, at least 1.
@@ -135,25 +235,61 @@ pub fn check_timeout(
 }
 
 /// The tool as `tools/list` shows it, described with the daemon's profiles when known.
-pub fn tool(profiles: Option<&[ProfileInfo]>, default_profile: &str) -> Tool {
+pub fn tool(
+    profiles: Option<&[ProfileInfo]>,
+    features: Option<&[ProfileFeatures]>,
+    default_profile: &str,
+    budgets: Budgets,
+) -> Tool {
     let usable: Vec<&ProfileInfo> = profiles
         .unwrap_or_default()
         .iter()
         .filter(|p| p.disabled.is_none())
         .collect();
-    let network = usable.iter().any(|p| p.network);
+    let packages = Packages::of(&usable, features);
+    // Open world: a profile with network, or package installs that fetch from an index.
+    let network = usable.iter().any(|p| p.network) || packages.from_index;
     let mut input = (*rmcp::handler::server::common::schema_for_input::<RunPythonArgs>()
         .expect("RunPythonArgs has an object schema"))
     .clone();
-    // Doc comments wrap lines; descriptions read better as one paragraph each.
+    portable(&mut input, true);
+    constrain_input(&mut input, &usable);
     if let Some(serde_json::Value::Object(props)) = input.get_mut("properties") {
-        for prop in props.values_mut() {
-            if let Some(serde_json::Value::String(d)) = prop.get_mut("description") {
-                *d = d.replace('\n', " ");
+        match &packages.on {
+            // Nothing can have packages: do not advertise them.
+            Some(on) if on.is_empty() => {
+                props.remove("packages");
             }
+            Some(on) if on.len() < usable.len() => {
+                if let Some(serde_json::Value::Object(p)) = props.get_mut("packages") {
+                    let d = p
+                        .get("description")
+                        .and_then(|d| d.as_str())
+                        .unwrap_or_default()
+                        .replace(
+                            "The profile must allow packages.",
+                            &format!("Only on the profiles {}.", on.join(", ")),
+                        );
+                    p.insert("description".into(), d.into());
+                }
+            }
+            _ => {}
         }
     }
-    if !usable.is_empty() {
+    if usable.is_empty() {
+        // Before the daemon answers there is no list to point at.
+        let text = format!(
+            "Sandbox profile; `{default_profile}` when omitted. The daemon's profiles are \
+             listed here once it answers (the list refreshes); a name it does not know is \
+             refused with the ones it has."
+        );
+        if let Some(serde_json::Value::Object(p)) = input
+            .get_mut("properties")
+            .and_then(|props| props.get_mut("profile"))
+        {
+            p.insert("description".into(), text.into());
+        }
+    } else {
         let names: Vec<String> = usable
             .iter()
             .map(|p| format!("`{}` ({})", p.name, p.description))
@@ -179,14 +315,17 @@ pub fn tool(profiles: Option<&[ProfileInfo]>, default_profile: &str) -> Tool {
             }
         }
     }
-    let output = rmcp::handler::server::common::schema_for_output::<RunPythonResult>();
+    let mut output =
+        (*rmcp::handler::server::common::schema_for_output::<RunPythonResult>()).clone();
+    portable(&mut output, false);
+    constrain_output(&mut output);
     Tool::new(
         TOOL_NAME,
-        description(&usable, default_profile),
+        description(&usable, default_profile, budgets, &packages),
         Arc::new(input),
     )
     .with_title("Run Python in a sandbox")
-    .with_raw_output_schema(output)
+    .with_raw_output_schema(Arc::new(output))
     .with_annotations(
         ToolAnnotations::with_title("Run Python in a sandbox")
             .read_only(false)
@@ -196,8 +335,220 @@ pub fn tool(profiles: Option<&[ProfileInfo]>, default_profile: &str) -> Tool {
     )
 }
 
+/// Where packages work, as far as the daemon said.
+#[derive(Debug, Clone, Default)]
+pub struct Packages {
+    /// The usable profiles whose jobs can have packages (as `` `name` ``); `None` when the
+    /// daemon did not say (no answer yet, or older than protocol 4): then the parameter is
+    /// advertised as before and the daemon refuses where it cannot.
+    pub on: Option<Vec<String>>,
+    /// Whether any of them installs from an index over the network.
+    pub from_index: bool,
+}
+
+impl Packages {
+    pub fn of(usable: &[&ProfileInfo], features: Option<&[ProfileFeatures]>) -> Packages {
+        let (Some(features), false) = (features, usable.is_empty()) else {
+            return Packages::default();
+        };
+        let with: Vec<&ProfileFeatures> = usable
+            .iter()
+            .filter_map(|p| features.iter().find(|f| f.name == p.name))
+            .filter(|f| f.packages_unavailable.is_none())
+            .collect();
+        Packages {
+            on: Some(with.iter().map(|f| format!("`{}`", f.name)).collect()),
+            from_index: with.iter().any(|f| f.packages_from_index),
+        }
+    }
+}
+
+/// Every `reason` a result can carry ([`reason_name`]).
+pub const REASONS: [&str; 11] = [
+    "ok",
+    "error",
+    "timeout",
+    "cpu_limit",
+    "oom",
+    "pids",
+    "output_limit",
+    "signal",
+    "seccomp",
+    "cancelled",
+    "sandbox_error",
+];
+
+/// Every item `limits_hit` can carry (`vivarium_client::limit_name`).
+pub const LIMITS: [&str; 7] = ["wall", "cpu", "memory", "pids", "stdout", "stderr", "disk"];
+
+/// Longest `code`, in characters (the schema's `maxLength`): far under the request line
+/// limit (`lines::MAX_LINE_BYTES`) even with JSON escapes, and under the daemon's
+/// `max_code_bytes` default (16 MiB).
+pub const MAX_CODE_CHARS: usize = 1 << 20;
+
+/// Longest `stdin`, in characters (the schema's `maxLength`).
+pub const MAX_STDIN_CHARS: usize = 4 << 20;
+
+/// Most requirements a job may name, explicit and PEP 723 together (the daemon's
+/// `MAX_REQUIREMENTS`, daemon/src/packages/spec.rs).
+pub const MAX_PACKAGES: usize = 64;
+
+/// The JSON Schema formats of draft 2020-12 (section 7.3); others are dropped.
+const STANDARD_FORMATS: [&str; 19] = [
+    "date-time",
+    "date",
+    "time",
+    "duration",
+    "email",
+    "idn-email",
+    "hostname",
+    "idn-hostname",
+    "ipv4",
+    "ipv6",
+    "uri",
+    "uri-reference",
+    "iri",
+    "iri-reference",
+    "uuid",
+    "uri-template",
+    "json-pointer",
+    "relative-json-pointer",
+    "regex",
+];
+
+/// Make a schemars schema portable: only standard `format`s (schemars writes `uint64`,
+/// `int32`, `double`, which clients on the TypeScript SDK warn about) and, for an input,
+/// optional properties as plain types (`"string"`, not `["string", "null"]` with
+/// `default: null`), which some clients cannot read.
+fn portable(schema: &mut JsonObject, input: bool) {
+    fn walk(value: &mut serde_json::Value) {
+        match value {
+            serde_json::Value::Object(map) => {
+                // Doc comments wrap lines; a description reads better as one paragraph.
+                if let Some(serde_json::Value::String(d)) = map.get_mut("description") {
+                    *d = d.replace('\n', " ");
+                }
+                if map
+                    .get("format")
+                    .and_then(|f| f.as_str())
+                    .is_some_and(|f| !STANDARD_FORMATS.contains(&f))
+                {
+                    map.remove("format");
+                }
+                map.values_mut().for_each(walk);
+            }
+            serde_json::Value::Array(items) => items.iter_mut().for_each(walk),
+            _ => {}
+        }
+    }
+    for value in schema.values_mut() {
+        walk(value);
+    }
+    if !input {
+        return;
+    }
+    let required: Vec<String> = match schema.get("required") {
+        Some(serde_json::Value::Array(r)) => r
+            .iter()
+            .filter_map(|v| v.as_str().map(String::from))
+            .collect(),
+        _ => vec![],
+    };
+    if let Some(serde_json::Value::Object(props)) = schema.get_mut("properties") {
+        for (name, prop) in props.iter_mut() {
+            let serde_json::Value::Object(prop) = prop else {
+                continue;
+            };
+            if required.contains(name) {
+                continue;
+            }
+            if let Some(serde_json::Value::Array(types)) = prop.get("type") {
+                let types: Vec<serde_json::Value> =
+                    types.iter().filter(|t| *t != "null").cloned().collect();
+                if types.len() == 1 {
+                    prop.insert("type".into(), types[0].clone());
+                }
+            }
+            if prop.get("default") == Some(&serde_json::Value::Null) {
+                prop.remove("default");
+            }
+        }
+    }
+}
+
+/// The input constraints that are known: a positive timeout at most the longest wall limit
+/// of the usable profiles, their names, and how many packages a job may name.
+fn constrain_input(schema: &mut JsonObject, usable: &[&ProfileInfo]) {
+    let Some(serde_json::Value::Object(props)) = schema.get_mut("properties") else {
+        return;
+    };
+    if let Some(serde_json::Value::Object(t)) = props.get_mut("timeout_seconds") {
+        t.insert("exclusiveMinimum".into(), 0.into());
+        if let Some(ms) = usable.iter().map(|p| p.max.wall_ms).max() {
+            t.insert("maximum".into(), (ms as f64 / 1000.0).into());
+        }
+    }
+    if let Some(serde_json::Value::Object(p)) = props.get_mut("profile") {
+        if !usable.is_empty() {
+            let names: Vec<serde_json::Value> =
+                usable.iter().map(|p| p.name.clone().into()).collect();
+            p.insert("enum".into(), names.into());
+        }
+    }
+    if let Some(serde_json::Value::Object(p)) = props.get_mut("packages") {
+        p.insert("maxItems".into(), MAX_PACKAGES.into());
+    }
+    for (name, max) in [("code", MAX_CODE_CHARS), ("stdin", MAX_STDIN_CHARS)] {
+        if let Some(serde_json::Value::Object(p)) = props.get_mut(name) {
+            p.insert("maxLength".into(), max.into());
+        }
+    }
+}
+
+/// The output's enums: `reason` and the items of `limits_hit`.
+fn constrain_output(schema: &mut JsonObject) {
+    let Some(serde_json::Value::Object(props)) = schema.get_mut("properties") else {
+        return;
+    };
+    if let Some(serde_json::Value::Object(r)) = props.get_mut("reason") {
+        r.insert("enum".into(), REASONS.to_vec().into());
+    }
+    if let Some(serde_json::Value::Object(items)) =
+        props.get_mut("limits_hit").and_then(|l| l.get_mut("items"))
+    {
+        items.insert("enum".into(), LIMITS.to_vec().into());
+    }
+}
+
 /// The tool description: what the sandbox allows, then short examples.
-pub fn description(usable: &[&ProfileInfo], default_profile: &str) -> String {
+pub fn description(
+    usable: &[&ProfileInfo],
+    default_profile: &str,
+    budgets: Budgets,
+    packages: &Packages,
+) -> String {
+    let (packages_text, packages_example) = match &packages.on {
+        Some(on) if on.is_empty() => (String::new(), ""),
+        Some(on) if on.len() < usable.len() => (
+            format!(
+                " PyPI packages (wheels) can be named in `packages` on the profiles {} \
+                 (installed once, then cached).",
+                on.join(", ")
+            ),
+            "; {\"code\": \"import numpy; print(numpy.eye(2))\", \"packages\": [\"numpy\"]}",
+        ),
+        Some(_) => (
+            " PyPI packages (wheels) can be named in `packages` (installed once, then cached)."
+                .into(),
+            "; {\"code\": \"import numpy; print(numpy.eye(2))\", \"packages\": [\"numpy\"]}",
+        ),
+        None => (
+            " PyPI packages (wheels) can be named in `packages` when the daemon's profile allows \
+             them (installed once, then cached)."
+                .into(),
+            "; {\"code\": \"import numpy; print(numpy.eye(2))\", \"packages\": [\"numpy\"]}",
+        ),
+    };
     let default = usable.iter().find(|p| p.name == default_profile);
     let network = match default {
         Some(p) if p.network => "network access",
@@ -216,16 +567,19 @@ pub fn description(usable: &[&ProfileInfo], default_profile: &str) -> String {
         None => "the daemon's profile limits on time, CPU, memory, processes and output".into(),
     };
     format!(
-        "Run a Python 3.11 script in a fresh, disposable Linux sandbox and return its exit \
+        "Run a Python 3 script in a fresh, disposable Linux sandbox and return its exit \
          code, stdout, stderr and resource use. Each call starts clean: {network}, no state \
-         between calls, writable /work and /tmp only, no pip; PyPI packages (wheels) can be named in \
-         `packages` when the daemon's profile allows them (installed once, then cached); \
-         {limits}. A Python exception or a limit hit is reported as an error with the \
-         traceback or the reason.\n\
+         between calls, writable /work and /tmp only, no pip; {limits}.{packages_text} A \
+         Python exception or a limit hit is reported as an error with the \
+         traceback or the reason. The result is JSON (exit_code, reason, stdout, stderr, \
+         usage): structuredContent keeps up to {out} characters of each stream (head and \
+         tail); the text content is the same JSON, led by \"error\" when the run failed, \
+         with excerpts cut so that the whole text stays within {text} characters.\n\
          Examples: {{\"code\": \"print(sum(range(10)))\"}}; \
          {{\"code\": \"import sys; print(sys.stdin.read().upper())\", \"stdin\": \"hi\"}}; \
-         {{\"code\": \"import time; time.sleep(5)\", \"timeout_seconds\": 2}}; \
-         {{\"code\": \"import numpy; print(numpy.eye(2))\", \"packages\": [\"numpy\"]}}"
+         {{\"code\": \"import time; time.sleep(5)\", \"timeout_seconds\": 2}}{packages_example}",
+        out = budgets.output_chars,
+        text = budgets.text_chars,
     )
 }
 
@@ -237,14 +591,29 @@ pub fn result_of(
     budget: usize,
     packages: Option<&vivarium_proto::PackagesReport>,
 ) -> RunPythonResult {
+    result_with(
+        outcome,
+        (stdout, budget, 50),
+        (stderr, budget, 50),
+        packages,
+    )
+}
+
+/// [`result_of`] with each stream's own budget and head share: `(bytes, chars, head %)`.
+fn result_with(
+    outcome: &Outcome,
+    (stdout, out_chars, out_head): (&[u8], usize, usize),
+    (stderr, err_chars, err_head): (&[u8], usize, usize),
+    packages: Option<&vivarium_proto::PackagesReport>,
+) -> RunPythonResult {
     RunPythonResult {
         exit_code: match outcome.exit {
             ExitStatus::Code(c) => Some(c),
             ExitStatus::Signal(_) | ExitStatus::NotStarted => None,
         },
         reason: reason_name(outcome.reason).into(),
-        stdout: excerpt(stdout, budget, outcome.stdout_truncated),
-        stderr: excerpt(stderr, budget, outcome.stderr_truncated),
+        stdout: excerpt_weighted(stdout, out_chars, outcome.stdout_truncated, out_head),
+        stderr: excerpt_weighted(stderr, err_chars, outcome.stderr_truncated, err_head),
         wall_ms: outcome.usage.wall_ms,
         cpu_ms: outcome.usage.cpu_ms,
         peak_memory_bytes: outcome.usage.peak_memory_bytes,
@@ -262,33 +631,131 @@ pub fn result_of(
     }
 }
 
-/// The MCP result: success for a clean exit, `isError` otherwise, both with structured
-/// content and its JSON as text; errors lead with the trimmed traceback or the reason.
+/// What a result's text content holds: the structured result, led by `error` (why the
+/// run failed) for a failed run, with excerpts short enough for the text budget.
+#[derive(Serialize)]
+struct TextResult<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a str>,
+    #[serde(flatten)]
+    result: &'a RunPythonResult,
+}
+
+/// The MCP result: success for a clean exit, `isError` otherwise. `structuredContent` is
+/// the result with excerpts of `budgets.output_chars` per stream; the one text block is
+/// the same result as JSON, led by `error` for a failure, with the excerpts cut so that the
+/// whole text is at most `budgets.text_chars` characters (hosts that show the model only
+/// the text, and cut long results, get valid JSON with each excerpt once).
 pub fn call_result(
     outcome: &Outcome,
     stdout: &[u8],
     stderr: &[u8],
-    budget: usize,
+    budgets: Budgets,
     packages: Option<&vivarium_proto::PackagesReport>,
+    output_cap: Option<u64>,
 ) -> CallToolResult {
-    let result = result_of(outcome, stdout, stderr, budget, packages);
+    let result = result_of(outcome, stdout, stderr, budgets.output_chars, packages);
     let value = serde_json::to_value(&result).expect("the result serializes");
-    if outcome.reason == Reason::Ok {
-        return CallToolResult::structured(value);
-    }
-    let mut error = CallToolResult::structured_error(value);
-    let summary = error_summary(outcome, stderr, budget);
-    error.content.insert(0, ContentBlock::text(summary));
-    error
+    let text = result_text(outcome, stdout, stderr, budgets, packages, output_cap);
+    let mut call = if outcome.reason == Reason::Ok {
+        CallToolResult::structured(value)
+    } else {
+        CallToolResult::structured_error(value)
+    };
+    call.content = vec![ContentBlock::text(text)];
+    call
 }
 
-/// A human account of why a job failed: the traceback for an exception, else the reason.
-pub fn error_summary(outcome: &Outcome, stderr: &[u8], budget: usize) -> String {
+/// The text content of a finished job's result: at most `budgets.text_chars` characters
+/// when that leaves room for the fields (it is at least 1,000), and no excerpt longer than
+/// the structured one.
+pub fn result_text(
+    outcome: &Outcome,
+    stdout: &[u8],
+    stderr: &[u8],
+    budgets: Budgets,
+    packages: Option<&vivarium_proto::PackagesReport>,
+    output_cap: Option<u64>,
+) -> String {
+    let budget = budgets.text_chars;
+    let error = (outcome.reason != Reason::Ok).then(|| failure_reason(outcome, output_cap));
+    // A failure's stderr ends with the traceback: give its tail three quarters.
+    let err_head = if error.is_some() { 25 } else { 50 };
+    let render = |out_chars: usize, err_chars: usize| {
+        let mut result = result_with(
+            outcome,
+            (stdout, out_chars, 50),
+            (stderr, err_chars, err_head),
+            packages,
+        );
+        if let Some(p) = result.packages.as_mut() {
+            shorten_list(&mut p.resolved, budget / 4);
+        }
+        let text = TextResult {
+            error: error.as_deref(),
+            result: &result,
+        };
+        let json = serde_json::to_string(&text).expect("the result serializes");
+        let chars = json.chars().count();
+        (json, chars)
+    };
+    let (skeleton, fixed) = render(0, 0);
+    let room = budget.saturating_sub(fixed);
+    if room == 0 {
+        return skeleton;
+    }
+    // Split the room: a stream that needs less than half leaves the rest to the other.
+    let need =
+        |bytes: &[u8]| (String::from_utf8_lossy(bytes).chars().count()).min(budgets.output_chars);
+    let (out_need, err_need) = (need(stdout), need(stderr));
+    let (mut out_chars, mut err_chars) = if out_need + err_need <= room {
+        (out_need, err_need)
+    } else if out_need <= room / 2 {
+        (out_need, room - out_need)
+    } else if err_need <= room / 2 {
+        (room - err_need, err_need)
+    } else {
+        (room / 2, room - room / 2)
+    };
+    // JSON escapes (`\n`, `\"`, `\u0000`) make the text longer than its excerpts:
+    // shrink both in proportion until it fits.
+    for _ in 0..16 {
+        let (json, chars) = render(out_chars, err_chars);
+        if chars <= budget {
+            return json;
+        }
+        let used = chars - fixed;
+        let scale = |n: usize| (n as u128 * room as u128 / used as u128) as usize;
+        out_chars = scale(out_chars).saturating_sub(8);
+        err_chars = scale(err_chars).saturating_sub(8);
+    }
+    skeleton
+}
+
+/// Keep the items of `list` that fit in `max_chars`, then one saying how many were left.
+fn shorten_list(list: &mut Vec<String>, max_chars: usize) {
+    let mut used = 0;
+    let keep = list
+        .iter()
+        .take_while(|item| {
+            used += item.len() + 3;
+            used <= max_chars
+        })
+        .count();
+    if keep < list.len() {
+        let left = list.len() - keep;
+        list.truncate(keep);
+        list.push(format!("... {left} more (see structuredContent)"));
+    }
+}
+
+/// Why a job failed, in one line: the reason and the daemon's detail.
+pub fn failure_reason(outcome: &Outcome, output_cap: Option<u64>) -> String {
     let usage = &outcome.usage;
     let why = match outcome.reason {
         Reason::Ok => "the script succeeded".to_string(),
         Reason::Error => match outcome.exit {
-            ExitStatus::Code(c) => format!("the script exited with code {c}"),
+            ExitStatus::Code(c) => format!("the script exited with code {c}; see stderr"),
             _ => "the script failed".into(),
         },
         Reason::Timeout => format!(
@@ -304,35 +771,64 @@ pub fn error_summary(outcome: &Outcome, stderr: &[u8], budget: usize) -> String 
             format_bytes(usage.peak_memory_bytes)
         ),
         Reason::Pids => "the process limit refused a fork and the script failed".into(),
-        Reason::OutputLimit => "killed: an output stream exceeded the sandbox's cap".into(),
+        Reason::OutputLimit => output_limit_reason(outcome, output_cap),
         Reason::Signal => match outcome.exit {
             ExitStatus::Signal(s) => format!("killed by signal {s}"),
             _ => "killed by a signal".into(),
         },
         Reason::Seccomp => "killed: the script made a system call the sandbox forbids".into(),
-        Reason::Cancelled => "cancelled".into(),
+        // This server returns before any outcome when its own client cancels or goes
+        // away, so a cancelled outcome here is the daemon's: it stopped (shutdown or
+        // restart) and killed the job past its grace period.
+        Reason::Cancelled => "killed: the Vivarium daemon stopped (shut down or restarted) \
+                              while the job ran, so the job did not run to its end; retry once \
+                              the daemon is back"
+            .into(),
         Reason::SandboxError => "the sandbox could not be built; the code never ran".into(),
     };
-    let mut text = why;
-    if !outcome.detail.is_empty() {
-        text.push_str(&format!(" ({})", outcome.detail));
+    if outcome.detail.is_empty() {
+        why
+    } else {
+        format!("{why} ({})", outcome.detail)
     }
-    let stderr = String::from_utf8_lossy(stderr);
-    let stderr = stderr.trim_end();
-    if !stderr.is_empty() {
-        // Keep the last traceback: what the model needs to fix the code.
-        let from = stderr
-            .rfind("Traceback (most recent call last):")
-            .unwrap_or(0);
-        let tail = tail_text(&stderr[from..], budget.min(4_000));
-        let cut = if tail.len() < stderr.len() - from || from > 0 {
-            "...\n"
-        } else {
-            ""
-        };
-        text.push_str(&format!("\nstderr:\n{cut}{tail}"));
+}
+
+/// Which stream went over the sandbox's output cap, and the cap (the profile's
+/// `output_bytes`) when the daemon's profile list gave it.
+fn output_limit_reason(outcome: &Outcome, cap: Option<u64>) -> String {
+    use vivarium_proto::LimitKind;
+    let streams: Vec<&str> = [
+        (LimitKind::Stdout, outcome.stdout_truncated, "stdout"),
+        (LimitKind::Stderr, outcome.stderr_truncated, "stderr"),
+    ]
+    .into_iter()
+    .filter(|(kind, truncated, _)| *truncated || outcome.limits_hit.contains(kind))
+    .map(|(_, _, name)| name)
+    .collect();
+    let streams = match streams.len() {
+        0 => "an output stream".to_string(),
+        _ => streams.join(" and "),
+    };
+    let cap = match cap {
+        Some(b) => format!(
+            "the cap of {} ({b} bytes) per output stream of profile `{}`",
+            format_bytes(b),
+            outcome.profile
+        ),
+        None => format!("the per-stream output cap of profile `{}`", outcome.profile),
+    };
+    format!(
+        "killed: {streams} went over {cap}; print less, or write large results to a file \
+         and print a summary"
+    )
+}
+
+/// A tool error's text, cut to `budget` characters (head and tail) when longer.
+pub fn error_text(text: String, budget: usize) -> String {
+    if text.chars().count() <= budget {
+        return text;
     }
-    text
+    excerpt_weighted(text.as_bytes(), budget, false, 50).text
 }
 
 #[cfg(test)]
@@ -408,13 +904,13 @@ mod tests {
                 .clone(),
         ))
         .unwrap_err();
-        assert!(negative.contains("positive"), "{negative}");
+        assert!(negative.contains("greater than 0"), "{negative}");
     }
 
     #[test]
     fn tool_metadata() {
         let profiles = [profile("default", false), profile("net", true)];
-        let t = tool(Some(&profiles[..1]), "default");
+        let t = tool(Some(&profiles[..1]), None, "default", Budgets::default());
         let a = t.annotations.clone().unwrap();
         assert_eq!(a.read_only_hint, Some(false));
         assert_eq!(a.destructive_hint, Some(false));
@@ -422,7 +918,10 @@ mod tests {
         assert_eq!(a.open_world_hint, Some(false));
         let d = t.description.clone().unwrap();
         assert!(
-            d.contains("no network") && d.contains("3.11") && d.contains("30 s wall"),
+            d.contains("no network")
+                && d.contains("Python 3 script")
+                && d.contains("30 s wall")
+                && d.contains("within 8000 characters"),
             "{d}"
         );
         let schema = serde_json::Value::Object((*t.input_schema).clone());
@@ -444,10 +943,10 @@ mod tests {
         let out = serde_json::Value::Object((*t.output_schema.clone().unwrap()).clone());
         assert_eq!(out["type"], "object");
         // A profile with network makes the tool open-world.
-        let t = tool(Some(&profiles), "default");
+        let t = tool(Some(&profiles), None, "default", Budgets::default());
         assert_eq!(t.annotations.unwrap().open_world_hint, Some(true));
         // Unknown profiles: still closed-world, generic text.
-        let t = tool(None, "default");
+        let t = tool(None, None, "default", Budgets::default());
         assert_eq!(t.annotations.unwrap().open_world_hint, Some(false));
     }
 
@@ -467,7 +966,8 @@ mod tests {
             &outcome(Reason::Ok, ExitStatus::Code(0)),
             b"1\n",
             b"",
-            100,
+            Budgets::default(),
+            None,
             None,
         );
         assert_eq!(r.is_error, Some(false));
@@ -485,22 +985,32 @@ mod tests {
             &outcome(Reason::Error, ExitStatus::Code(1)),
             b"",
             stderr,
-            1000,
+            Budgets::default(),
+            None,
             None,
         );
         assert_eq!(r.is_error, Some(true));
         assert!(r.structured_content.is_some());
         let text = r.content[0].as_text().unwrap().text.clone();
-        assert!(text.starts_with("the script exited with code 1"), "{text}");
-        assert!(text.contains("ZeroDivisionError"), "{text}");
-        assert!(!text.contains("noise"), "{text}");
+        let json: serde_json::Value = serde_json::from_str(&text).expect("the text is JSON");
+        assert!(
+            text.starts_with(r#"{"error":"the script exited with code 1"#),
+            "{text}"
+        );
+        assert!(
+            json["stderr"]["text"]
+                .as_str()
+                .unwrap()
+                .contains("ZeroDivisionError"),
+            "{text}"
+        );
     }
 
     #[test]
     fn timeout_is_an_error_with_the_reason() {
         let mut o = outcome(Reason::Timeout, ExitStatus::Signal(9));
         o.limits_hit = vec![vivarium_proto::LimitKind::Wall];
-        let r = call_result(&o, b"", b"", 100, None);
+        let r = call_result(&o, b"", b"", Budgets::default(), None, None);
         assert_eq!(r.is_error, Some(true));
         let s = r.structured_content.clone().unwrap();
         assert_eq!(s["exit_code"], serde_json::Value::Null);
@@ -510,5 +1020,387 @@ mod tests {
             .unwrap()
             .text
             .contains("wall-clock limit"));
+    }
+
+    fn text_of(r: &CallToolResult) -> String {
+        r.content
+            .iter()
+            .map(|c| c.as_text().expect("text content").text.clone())
+            .collect()
+    }
+
+    /// Every result's text fits its budget, is one JSON object, and holds each excerpt
+    /// once; structuredContent keeps the longer excerpts.
+    #[test]
+    fn text_fits_the_budget_as_json_with_each_excerpt_once() {
+        let mb = |c: &str| c.repeat(1 << 20);
+        let quoted: String = "\"q\"\n".repeat(300_000);
+        let control = "\u{1}".repeat(1 << 20);
+        let lines: String = (0..100_000).map(|i| format!("line {i}\n")).collect();
+        let traceback = format!(
+            "{}Traceback (most recent call last):\n  File \"<x>\", line 1\nValueError: bad\n",
+            "warning: noise\n".repeat(50_000)
+        );
+        let cases: Vec<(Reason, String, String)> = vec![
+            (Reason::Error, mb("o"), mb("e")),
+            (Reason::Error, lines.clone(), traceback.clone()),
+            (Reason::Ok, mb("x"), String::new()),
+            (Reason::Ok, quoted.clone(), quoted),
+            (Reason::OutputLimit, control.clone(), control),
+            (Reason::Ok, "1\n".into(), String::new()),
+            (Reason::Timeout, String::new(), String::new()),
+        ];
+        for (reason, out, err) in cases {
+            let exit = if reason == Reason::Ok {
+                ExitStatus::Code(0)
+            } else {
+                ExitStatus::Code(1)
+            };
+            for text_chars in [1_000, 4_000, DEFAULT_TEXT_CHARS, 9_999] {
+                let budgets = Budgets {
+                    output_chars: 8_000,
+                    text_chars,
+                };
+                let r = call_result(
+                    &outcome(reason, exit),
+                    out.as_bytes(),
+                    err.as_bytes(),
+                    budgets,
+                    None,
+                    None,
+                );
+                assert_eq!(r.content.len(), 1, "one text block");
+                let text = text_of(&r);
+                let chars = text.chars().count();
+                assert!(chars <= text_chars, "{reason:?}: {chars} > {text_chars}");
+                let json: serde_json::Value =
+                    serde_json::from_str(&text).expect("the text is valid JSON");
+                assert_eq!(json.get("error").is_some(), reason != Reason::Ok, "{text}");
+                let s = r.structured_content.clone().unwrap();
+                for stream in ["stdout", "stderr"] {
+                    let excerpt = json[stream]["text"].as_str().unwrap();
+                    assert_eq!(json[stream]["total_bytes"], s[stream]["total_bytes"]);
+                    // The text's excerpt appears once and is no longer than the structured one.
+                    assert!(
+                        excerpt.chars().count()
+                            <= s[stream]["text"].as_str().unwrap().chars().count()
+                    );
+                }
+                // The room is used: a large budget shows more than a marker.
+                if out.len() > 100_000 && text_chars >= 4_000 {
+                    assert!(
+                        chars > text_chars * 3 / 4,
+                        "{chars} of {text_chars}: {text}"
+                    );
+                }
+            }
+        }
+        // Each end of each stream appears once in the text.
+        let out = format!("OUT-HEAD\n{}OUT-TAIL\n", "o\n".repeat(1 << 19));
+        let err = format!("ERR-HEAD\n{}ERR-TAIL\n", "e\n".repeat(1 << 19));
+        let r = call_result(
+            &outcome(Reason::Error, ExitStatus::Code(1)),
+            out.as_bytes(),
+            err.as_bytes(),
+            Budgets::default(),
+            None,
+            None,
+        );
+        let text = text_of(&r);
+        for sentinel in ["OUT-HEAD", "OUT-TAIL", "ERR-HEAD", "ERR-TAIL"] {
+            assert_eq!(text.matches(sentinel).count(), 1, "{sentinel}: {text}");
+        }
+        // A failure with a traceback keeps the traceback's end in the text.
+        let r = call_result(
+            &outcome(Reason::Error, ExitStatus::Code(1)),
+            lines.as_bytes(),
+            traceback.as_bytes(),
+            Budgets::default(),
+            None,
+            None,
+        );
+        let json: serde_json::Value = serde_json::from_str(&text_of(&r)).unwrap();
+        let err = json["stderr"]["text"].as_str().unwrap();
+        assert!(err.ends_with("ValueError: bad\n"), "{err}");
+        assert!(json["stdout"]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("line 0\n"));
+    }
+
+    /// Collect every `format` and every type array in a schema.
+    fn formats_and_type_arrays(v: &serde_json::Value, found: &mut Vec<String>) {
+        match v {
+            serde_json::Value::Object(m) => {
+                for (k, v) in m {
+                    if k == "format" || (k == "type" && v.is_array()) {
+                        found.push(format!("{k}: {v}"));
+                    }
+                    formats_and_type_arrays(v, found);
+                }
+            }
+            serde_json::Value::Array(a) => a.iter().for_each(|v| formats_and_type_arrays(v, found)),
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn schemas_are_portable_and_constrained() {
+        let mut long = profile("long", false);
+        long.max.wall_ms = 120_000;
+        let mut off = profile("off", false);
+        off.disabled = Some("no cgroups".into());
+        let profiles = [profile("default", false), long, off];
+        let t = tool(Some(&profiles), None, "default", Budgets::default());
+        let input = serde_json::Value::Object((*t.input_schema).clone());
+        let output = serde_json::Value::Object((*t.output_schema.clone().unwrap()).clone());
+        let mut found = vec![];
+        formats_and_type_arrays(&input, &mut found);
+        assert_eq!(found, Vec::<String>::new(), "input: {input}");
+        for schema in [&input, &output] {
+            assert!(
+                !schema.to_string().contains("\\n"),
+                "a hard line break: {schema}"
+            );
+        }
+        // The output keeps null where a field is null (exit_code), but no odd formats.
+        let mut found = vec![];
+        formats_and_type_arrays(&output, &mut found);
+        assert!(found.iter().all(|f| !f.starts_with("format")), "{found:?}");
+        let props = &input["properties"];
+        assert_eq!(props["stdin"]["type"], "string");
+        assert!(props["stdin"].get("default").is_none(), "{props}");
+        assert_eq!(props["packages"]["type"], "array");
+        assert_eq!(props["packages"]["items"]["type"], "string");
+        assert_eq!(props["packages"]["maxItems"], MAX_PACKAGES);
+        assert_eq!(props["code"]["maxLength"], MAX_CODE_CHARS);
+        assert_eq!(props["stdin"]["maxLength"], MAX_STDIN_CHARS);
+        assert_eq!(props["timeout_seconds"]["type"], "number");
+        assert_eq!(props["timeout_seconds"]["exclusiveMinimum"], 0);
+        assert_eq!(props["timeout_seconds"]["maximum"], 120.0);
+        assert_eq!(
+            props["profile"]["enum"],
+            serde_json::json!(["default", "long"])
+        );
+        let out = &output["properties"];
+        assert_eq!(out["reason"]["enum"], serde_json::json!(REASONS));
+        assert_eq!(
+            out["limits_hit"]["items"]["enum"],
+            serde_json::json!(LIMITS)
+        );
+        assert_eq!(out["wall_ms"]["minimum"], 0);
+        // Every reason and limit name is in its enum.
+        use vivarium_proto::LimitKind as L;
+        for r in [
+            Reason::Ok,
+            Reason::Error,
+            Reason::Timeout,
+            Reason::CpuLimit,
+            Reason::Oom,
+            Reason::Pids,
+            Reason::OutputLimit,
+            Reason::Signal,
+            Reason::Seccomp,
+            Reason::Cancelled,
+            Reason::SandboxError,
+        ] {
+            assert!(REASONS.contains(&reason_name(r)));
+        }
+        for l in [
+            L::Wall,
+            L::Cpu,
+            L::Memory,
+            L::Pids,
+            L::Stdout,
+            L::Stderr,
+            L::Disk,
+        ] {
+            assert!(LIMITS.contains(&limit_name(l)));
+        }
+        // Without a daemon: no enum, no maximum, but still the positive bound.
+        let t = tool(None, None, "default", Budgets::default());
+        let props = serde_json::Value::Object((*t.input_schema).clone())["properties"].clone();
+        assert!(props["profile"].get("enum").is_none());
+        assert!(props["timeout_seconds"].get("maximum").is_none());
+        let d = props["profile"]["description"].as_str().unwrap();
+        assert!(
+            !d.contains("tool description") && d.contains("once it answers"),
+            "{d}"
+        );
+        assert_eq!(props["timeout_seconds"]["exclusiveMinimum"], 0);
+        // Too many packages is a tool error naming the bound.
+        let many: Vec<String> = (0..65).map(|i| format!("p{i}")).collect();
+        let e = parse_args(Some(
+            serde_json::json!({"code": "1", "packages": many})
+                .as_object()
+                .unwrap()
+                .clone(),
+        ))
+        .unwrap_err();
+        assert!(e.contains("at most 64"), "{e}");
+        // Code and stdin over their maxLength: a tool error, far below the line limit.
+        for (name, max) in [("code", MAX_CODE_CHARS), ("stdin", MAX_STDIN_CHARS)] {
+            let mut args = serde_json::json!({"code": "1"});
+            args[name] = "x".repeat(max + 1).into();
+            let e = parse_args(Some(args.as_object().unwrap().clone())).unwrap_err();
+            assert!(
+                e.contains(&format!(
+                    "`{name}` has {} characters; at most {max}",
+                    max + 1
+                )),
+                "{e}"
+            );
+            args[name] = "x".repeat(max).into();
+            assert!(parse_args(Some(args.as_object().unwrap().clone())).is_ok());
+        }
+    }
+
+    #[test]
+    fn output_limit_names_the_stream_and_the_cap() {
+        let mut o = outcome(Reason::OutputLimit, ExitStatus::Signal(9));
+        o.limits_hit = vec![vivarium_proto::LimitKind::Stdout];
+        o.stdout_truncated = true;
+        o.usage.stdout_bytes = 1_142_784;
+        let why = failure_reason(&o, Some(1 << 20));
+        assert!(
+            why.contains(
+                "stdout went over the cap of 1M (1048576 bytes) per output stream of profile `default`"
+            ),
+            "{why}"
+        );
+        assert!(!why.contains("stderr"), "{why}");
+        o.limits_hit = vec![vivarium_proto::LimitKind::Stderr];
+        o.stdout_truncated = false;
+        o.stderr_truncated = true;
+        let why = failure_reason(&o, None);
+        assert!(
+            why.contains("stderr went over the per-stream output cap of profile `default`"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn type_errors_use_the_schemas_words() {
+        let err =
+            |v: serde_json::Value| parse_args(Some(v.as_object().unwrap().clone())).unwrap_err();
+        for (args, needle) in [
+            (
+                serde_json::json!({"code": 5}),
+                "`code` must be a string of Python source, got a number",
+            ),
+            (
+                serde_json::json!({"code": "1", "timeout_seconds": "2"}),
+                "`timeout_seconds` must be a number of seconds greater than 0, got a string",
+            ),
+            (
+                serde_json::json!({"code": "1", "timeout_seconds": 0}),
+                "`timeout_seconds` must be a number of seconds greater than 0, got 0",
+            ),
+            (
+                serde_json::json!({"code": "1", "packages": "numpy"}),
+                "`packages` must be an array of strings (PEP 508 requirements), got a string",
+            ),
+            (
+                serde_json::json!({"code": "1", "packages": ["a", 1]}),
+                "got an array with a number in it",
+            ),
+            (
+                serde_json::json!({"code": "1", "stdin": true}),
+                "`stdin` must be a string, got a boolean",
+            ),
+            (
+                serde_json::json!({"code": null}),
+                "`code` must be a string of Python source, got null",
+            ),
+            (
+                serde_json::json!({"code": "1", "cmd": 1}),
+                "unknown field `cmd`; the parameters are `code`",
+            ),
+            (serde_json::json!({}), "missing field `code`"),
+        ] {
+            let e = err(args.clone());
+            assert!(e.contains(needle), "{args}: {e}");
+            for rust in ["f64", "u64", "i32", "Vec", "Option", "sequence"] {
+                assert!(!e.contains(rust), "{args}: {e}");
+            }
+        }
+        // Null optional parameters count as omitted.
+        let ok = parse_args(Some(
+            serde_json::json!({"code": "1", "stdin": null, "packages": null, "timeout_seconds": null})
+                .as_object()
+                .unwrap()
+                .clone(),
+        ))
+        .unwrap();
+        assert_eq!(ok.stdin, None);
+    }
+
+    #[test]
+    fn a_daemon_shutdown_is_not_a_users_cancel() {
+        let o = outcome(Reason::Cancelled, ExitStatus::Signal(9));
+        let why = failure_reason(&o, None);
+        assert!(why.contains("the Vivarium daemon stopped"), "{why}");
+        assert!(why.contains("did not run to its end"), "{why}");
+        assert!(!why.starts_with("cancelled"), "{why}");
+    }
+
+    fn features(name: &str, unavailable: Option<&str>, from_index: bool) -> ProfileFeatures {
+        ProfileFeatures {
+            name: name.into(),
+            packages_unavailable: unavailable.map(String::from),
+            packages_from_index: from_index,
+        }
+    }
+
+    /// `packages` is advertised exactly where the daemon says it works.
+    #[test]
+    fn packages_are_advertised_where_they_work() {
+        let profiles = [profile("default", false), profile("wheels", false)];
+        let props =
+            |t: &Tool| serde_json::Value::Object((*t.input_schema).clone())["properties"].clone();
+        // Nowhere (no uv): no parameter, no sentence, no numpy example, closed world.
+        let none = [
+            features("default", Some("no uv is configured"), false),
+            features("wheels", Some("no uv is configured"), false),
+        ];
+        let t = tool(Some(&profiles), Some(&none), "default", Budgets::default());
+        assert!(props(&t).get("packages").is_none(), "{}", props(&t));
+        let d = t.description.clone().unwrap();
+        assert!(!d.contains("packages") && !d.contains("numpy"), "{d}");
+        assert_eq!(t.annotations.unwrap().open_world_hint, Some(false));
+        // On one profile, from a wheelhouse: named, still closed world.
+        let some = [
+            features(
+                "default",
+                Some("profile \"default\" does not allow packages"),
+                false,
+            ),
+            features("wheels", None, false),
+        ];
+        let t = tool(Some(&profiles), Some(&some), "default", Budgets::default());
+        let p = props(&t)["packages"]["description"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(p.contains("Only on the profiles `wheels`."), "{p}");
+        assert!(t
+            .description
+            .clone()
+            .unwrap()
+            .contains("on the profiles `wheels`"));
+        assert_eq!(t.annotations.unwrap().open_world_hint, Some(false));
+        // From an index: the installs reach the network, so the tool is open-world.
+        let index = [
+            features("default", None, true),
+            features("wheels", None, false),
+        ];
+        let t = tool(Some(&profiles), Some(&index), "default", Budgets::default());
+        assert!(props(&t)["packages"].is_object());
+        assert!(t.description.clone().unwrap().contains("numpy"));
+        assert_eq!(t.annotations.unwrap().open_world_hint, Some(true));
+        // An older daemon (no features): advertised as before, closed world.
+        let t = tool(Some(&profiles), None, "default", Budgets::default());
+        assert!(props(&t)["packages"].is_object());
+        assert_eq!(t.annotations.unwrap().open_world_hint, Some(false));
     }
 }

@@ -149,7 +149,8 @@ impl Daemon {
              profiles_dir = {profiles:?}\n\
              cgroup_subtree = \"vivarium-mcp-test-{pid}\"\n\
              state_dir = {state:?}\n\
-             id_base = {id_base}\n",
+             id_base = {id_base}\n\
+             shutdown_grace_ms = 500\n",
             socket = socket.display().to_string(),
             profiles = dir.path().join("profiles").display().to_string(),
             state = dir.path().join("state").display().to_string(),
@@ -251,6 +252,8 @@ fn python_sdk_drives_the_server() {
         .arg(&daemon.socket)
         .arg("--daemon-pid")
         .arg(daemon.child.id().to_string())
+        .arg("--profiles-dir")
+        .arg(daemon.dir.path().join("profiles"))
         .args(
             daemon
                 .dir

@@ -38,8 +38,23 @@ fn without_a_daemon_the_first_call_says_how_to_start_one() {
         "clientInfo": {"name": "no-daemon-test", "version": "0"}}}),
     );
     let init = recv();
+    let info = &init["result"]["serverInfo"];
+    assert_eq!(info["name"], "vivarium-mcp", "{init}");
+    assert_eq!(info["title"], "Vivarium: sandboxed Python", "{init}");
+    assert!(
+        info["description"]
+            .as_str()
+            .is_some_and(|d| d.contains("sandbox")),
+        "{init}"
+    );
+    assert!(
+        info["websiteUrl"]
+            .as_str()
+            .is_some_and(|w| w.starts_with("https://")),
+        "{init}"
+    );
     assert_eq!(
-        init["result"]["serverInfo"]["name"], "vivarium-mcp",
+        init["result"]["capabilities"]["tools"]["listChanged"], true,
         "{init}"
     );
     send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
@@ -89,5 +104,56 @@ fn without_a_daemon_the_first_call_says_how_to_start_one() {
     std::io::Read::read_to_string(&mut stdout, &mut rest).expect("read rest");
     for line in rest.lines() {
         serde_json::from_str::<Value>(line).expect("stdout carries JSON-RPC only");
+    }
+}
+
+/// A connection that ends before `initialize` is a normal end: an immediate EOF, or a
+/// 2026-07-28 client that only asks `server/discover`. Exit 0, nothing on stderr.
+#[test]
+fn a_connection_without_initialize_ends_cleanly() {
+    let discover = json!({"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {
+    "_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "discover-only", "version": "0"},
+        "io.modelcontextprotocol/clientCapabilities": {}
+    }}});
+    for input in [String::new(), format!("{discover}\n")] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_vivarium-mcp"))
+            .args(["--socket", "/nonexistent/vivarium-mcp-test/vivariumd.sock"])
+            .env_remove("VIVARIUM_SOCKET")
+            .env("VIVARIUM_LOG", "warn")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn vivarium-mcp");
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin.write_all(input.as_bytes()).expect("write");
+        drop(stdin);
+        let out = child.wait_with_output().expect("wait");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        // The startup log says what happened: nobody listens there (#21.12).
+        let startup: Vec<&str> = stderr
+            .lines()
+            .filter(|l| l.contains("/nonexistent/vivarium-mcp-test"))
+            .collect();
+        assert!(
+            startup.len() == 1 && startup[0].contains("no daemon is listening"),
+            "{startup:?}"
+        );
+        let stderr: Vec<&str> = stderr
+            .lines()
+            // The startup warning about the missing daemon is expected.
+            .filter(|l| !l.contains("/nonexistent/vivarium-mcp-test"))
+            .collect();
+        assert!(out.status.success(), "{input:?}: {} {stderr:?}", out.status);
+        assert!(stderr.is_empty(), "{input:?}: {stderr:?}");
+        if !input.is_empty() {
+            let answer: Value =
+                serde_json::from_str(stdout.lines().next().expect("an answer")).expect("JSON");
+            assert_eq!(answer["id"], 1, "{answer}");
+            assert!(answer.get("result").is_some(), "{answer}");
+        }
     }
 }

@@ -42,7 +42,10 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
 /// has more unread stdin on the connection than the daemon will queue, and a `Cancel`
 /// is never stuck behind it. Older peers are served as before (their stdin is
 /// flow-controlled by the daemon not reading).
-pub const PROTOCOL_VERSION: u32 = 3;
+///
+/// 4 added `Request::ListProfileFeatures` and `Event::ProfileFeatures` (appended; no
+/// existing struct changed): whether each profile's jobs can have packages.
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// The oldest protocol version this build still speaks.
 pub const MIN_PROTOCOL_VERSION: u32 = 1;

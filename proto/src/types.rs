@@ -25,6 +25,9 @@ pub enum Request {
     /// environment first (PEP 508 requirement strings). A plain `Submit` on a version-2
     /// connection still reads PEP 723 inline metadata from the code.
     SubmitWith(Box<SubmitWith>),
+    /// Protocol 4+: ask what each profile offers beyond [`ProfileInfo`] (whether its jobs
+    /// can have packages); answered with [`Event::ProfileFeatures`].
+    ListProfileFeatures,
 }
 
 /// A job plus the packages it needs (protocol 2+).
@@ -102,6 +105,8 @@ pub enum Event {
     /// `stdin` gets a first credit when it is accepted, and more as the job reads; a
     /// client sends no more than it was given (docs/protocol.md, "Stdin").
     StdinCredit(u64),
+    /// Protocol 4+: the answer to [`Request::ListProfileFeatures`], one per profile.
+    ProfileFeatures(Vec<ProfileFeatures>),
 }
 
 impl Event {
@@ -118,6 +123,7 @@ impl Event {
             Event::Profiles(_) => "Profiles",
             Event::Packages(_) => "Packages",
             Event::StdinCredit(_) => "StdinCredit",
+            Event::ProfileFeatures(_) => "ProfileFeatures",
         }
     }
 }
@@ -322,6 +328,20 @@ pub struct ProfileInfo {
     pub network: bool,
     pub max: MaxLimits,
     pub not_enforced: Vec<String>,
+}
+
+/// Protocol 4+: what a profile offers beyond [`ProfileInfo`] (a separate message, so that
+/// `ProfileInfo` stays as older peers decode it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProfileFeatures {
+    /// The profile's name, as in [`ProfileInfo`].
+    pub name: String,
+    /// Why a job on this profile cannot ask for packages (the daemon has no `uv`, the
+    /// profile allows none, or this host cannot confine its installs); `None` when it can.
+    pub packages_unavailable: Option<String>,
+    /// Whether package installs fetch from an index over the network (`index_url`), not
+    /// only from a local wheelhouse.
+    pub packages_from_index: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -115,6 +115,7 @@ fn request() -> impl Strategy<Value = Request> {
             spec,
             packages
         }))),
+        Just(Request::ListProfileFeatures),
     ]
 }
 
@@ -310,6 +311,17 @@ fn event() -> impl Strategy<Value = Event> {
             }
         ),
         int().prop_map(Event::StdinCredit),
+        vec(
+            (text(), prop::option::of(text()), any::<bool>()).prop_map(
+                |(name, packages_unavailable, packages_from_index)| ProfileFeatures {
+                    name,
+                    packages_unavailable,
+                    packages_from_index,
+                }
+            ),
+            0..3
+        )
+        .prop_map(Event::ProfileFeatures),
     ]
 }
 

@@ -622,6 +622,23 @@ async fn the_cache_survives_a_restart_and_a_corrupt_entry_is_rebuilt() {
     assert!(!c.packages.unwrap().from_cache);
 }
 
+/// Protocol 4: the daemon says which profiles' jobs can have packages, and from where.
+#[tokio::test(flavor = "multi_thread")]
+async fn profile_features_say_where_packages_work() {
+    use vivarium_e2e::proto::{Event, Request};
+    let Some(fx) = Fixture::new() else { return };
+    let daemon = fx.daemon();
+    let mut raw = vivarium_e2e::RawConn::connect(daemon.socket()).await;
+    raw.hello().await;
+    raw.send(&Request::ListProfileFeatures).await;
+    let Event::ProfileFeatures(list) = raw.recv().await else {
+        panic!("expected ProfileFeatures")
+    };
+    let offline = list.iter().find(|f| f.name == "offline").expect("offline");
+    assert_eq!(offline.packages_unavailable, None, "{list:?}");
+    assert!(!offline.packages_from_index, "a wheelhouse only: {list:?}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_version_1_client_is_served_as_before() {
     use vivarium_e2e::proto::{Code, Event, Hello, JobSpec, Request, SubmitWith};

@@ -150,6 +150,33 @@ async fn hello_rules() {
         }
         other => panic!("expected Profiles, got {other:?}"),
     }
+    // Protocol 4: what each profile offers. This daemon has no uv: no profile's jobs can
+    // have packages, and each says why.
+    conn.send(&Request::ListProfileFeatures).await;
+    match conn.recv().await {
+        Event::ProfileFeatures(list) => {
+            let default = list.iter().find(|f| f.name == "default").expect("default");
+            let why = default.packages_unavailable.as_deref().unwrap_or_default();
+            assert!(why.contains("uv"), "{list:?}");
+            assert!(
+                list.iter()
+                    .all(|f| f.packages_unavailable.is_some() && !f.packages_from_index),
+                "{list:?}"
+            );
+        }
+        other => panic!("expected ProfileFeatures, got {other:?}"),
+    }
+    // A version-3 connection does not know the request.
+    let mut old = RawConn::connect(daemon.socket()).await;
+    old.send(&Request::Hello(Hello {
+        min_version: 1,
+        max_version: 3,
+        client: "v3".into(),
+    }))
+    .await;
+    assert!(matches!(old.recv().await, Event::HelloAck(a) if a.version == 3));
+    old.send(&Request::ListProfileFeatures).await;
+    assert!(matches!(old.recv().await, Event::Error(e) if e.code == ErrorCode::UnexpectedMessage));
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -461,6 +461,23 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket, peer: Peer) {
                 let infos = daemon.live().profiles.values().map(|p| p.info()).collect();
                 send(&sock, &Event::Profiles(infos)).await;
             }
+            (Request::ListProfileFeatures, Some(v)) if v < 4 => {
+                send_error(
+                    &sock,
+                    ErrorCode::UnexpectedMessage,
+                    "ListProfileFeatures needs protocol version 4",
+                )
+                .await;
+            }
+            (Request::ListProfileFeatures, Some(_)) => {
+                let features = daemon
+                    .live()
+                    .profiles
+                    .values()
+                    .map(|p| p.features(&daemon))
+                    .collect();
+                send(&sock, &Event::ProfileFeatures(features)).await;
+            }
             (Request::SubmitWith(w), Some(1)) => {
                 let _ = w;
                 send_error(

@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use tokio::sync::Semaphore;
 use vivarium_proto::ErrorCode;
-use vivarium_proto::{CgroupVersion, ProfileInfo};
+use vivarium_proto::{CgroupVersion, ProfileFeatures, ProfileInfo};
 use vivarium_sandbox::landlock::missing_features;
 
 /// A profile with what this host can do for it.
@@ -50,6 +50,33 @@ impl ActiveProfile {
             network: self.profile.file.network.enabled,
             max: self.profile.max_limits(),
             not_enforced: self.not_enforced.clone(),
+        }
+    }
+}
+
+impl ActiveProfile {
+    /// What the profile offers beyond [`ProfileInfo`] (protocol 4+): whether its jobs
+    /// can have packages here, by the checks a job asking for them would meet.
+    pub fn features(&self, daemon: &Daemon) -> ProfileFeatures {
+        let section = &self.profile.file.packages;
+        let packages_unavailable = if !section.enabled {
+            Some(format!(
+                "profile {:?} does not allow packages",
+                self.profile.name
+            ))
+        } else if let Some(why) = &self.disabled {
+            Some(format!("the profile is disabled: {why}"))
+        } else if let Err(why) = &daemon.packages {
+            Some(crate::error_chain(why))
+        } else {
+            packages::check_enforceable(self, daemon.facts.landlock_abi, daemon.facts.rootless)
+                .err()
+                .map(|e| e.message)
+        };
+        ProfileFeatures {
+            name: self.profile.name.clone(),
+            packages_from_index: packages_unavailable.is_none() && section.index_url.is_some(),
+            packages_unavailable,
         }
     }
 }

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -122,9 +123,33 @@ async def list_and_validate(s: ClientSession) -> Tool:
     check(t["outputSchema"]["type"] == "object", "output schema is an object", t["outputSchema"])
     check(t["inputSchema"]["required"] == ["code"], "only code is required", t["inputSchema"])
     props = t["inputSchema"]["properties"]
-    check(set(props) == {"code", "stdin", "timeout_seconds", "profile", "packages"}, "parameters", props)
-    check(props["packages"]["type"] == ["array", "null"] or "anyOf" in props["packages"] or props["packages"].get("type") in ("array", ["array", "null"]),
-          "packages is a list of requirement strings", props["packages"])
+    # The daemon says per profile whether packages work (protocol 4): with uv they do
+    # (from PyPI on the stock profiles, so the tool is open-world), without it the
+    # parameter is not advertised at all.
+    with_packages = bool(ARGS.packages_profile)
+    expected_props = {"code", "stdin", "timeout_seconds", "profile"} | ({"packages"} if with_packages else set())
+    check(set(props) == expected_props, "parameters", props)
+    if with_packages:
+        check(props["packages"]["type"] == "array" and props["packages"]["items"] == {"type": "string"},
+              "packages is a plain list of requirement strings", props["packages"])
+    else:
+        check("packages" not in t["description"] and "numpy" not in t["description"],
+              "no packages advertised without uv", t["description"])
+    for name, p in props.items():
+        check(not isinstance(p.get("type"), list) and "default" not in p, f"{name} is a plain optional property", p)
+    check(props["timeout_seconds"]["exclusiveMinimum"] == 0 and props["timeout_seconds"]["maximum"] >= 30,
+          "timeout_seconds is bounded", props["timeout_seconds"])
+    check("default" in props["profile"]["enum"], "profile lists the profile names", props["profile"])
+
+    def formats(v: object) -> list[str]:
+        if isinstance(v, dict):
+            return ([v["format"]] if isinstance(v.get("format"), str) else []) + [f for x in v.values() for f in formats(x)]
+        if isinstance(v, list):
+            return [f for x in v for f in formats(x)]
+        return []
+
+    check(formats(t["inputSchema"]) + formats(t["outputSchema"]) == [], "only standard formats (none here)", t)
+    check("ok" in t["outputSchema"]["properties"]["reason"]["enum"], "reason is an enum", t["outputSchema"])
     for name, p in props.items():
         check(len(p.get("description", "")) > 20, f"parameter {name} is described", p)
     check("`default`" in props["profile"]["description"], "profile names the daemon's profiles", props["profile"])
@@ -132,12 +157,12 @@ async def list_and_validate(s: ClientSession) -> Tool:
     for field in ("exit_code", "reason", "stdout", "stderr", "wall_ms", "cpu_ms", "peak_memory_bytes", "packages"):
         check(field in out, f"output schema has {field}", out)
     a = t["annotations"]
-    expected = {"readOnlyHint": False, "destructiveHint": False, "idempotentHint": False, "openWorldHint": False}
+    expected = {"readOnlyHint": False, "destructiveHint": False, "idempotentHint": False, "openWorldHint": with_packages}
     for k, v in expected.items():
         check(a.get(k) is v, f"annotation {k} is {v}", a)
     check(a.get("title"), "annotation title", a)
     d = t["description"]
-    for needle in ("no network", "3.11", "30 s wall", "Examples"):
+    for needle in ("no network", "Python 3", "30 s wall", "Examples"):
         check(needle in d, f"description mentions {needle!r}", d)
     return Tool(t)
 
@@ -183,17 +208,62 @@ async def main_session() -> None:
         check(out["text"].startswith("line 0\n") and out["text"].endswith("line 49999\n"), "head and tail", out["text"][:50])
         ok("long output: head+tail excerpt with exact totals")
 
+        # A failing run with 1 MB on each stream: the text stays within the budget (8,000
+        # by default, under Claude Code's 10,000), is JSON, and holds each excerpt once.
+        code = (
+            "import sys\nprint('OUT-HEAD')\nsys.stderr.write('ERR-HEAD\\n')\n"
+            "for _ in range(10_000):\n    print('o' * 99)\n    sys.stderr.write('e' * 99 + '\\n')\n"
+            "print('OUT-TAIL')\n1/0\n"
+        )
+        r = await call(s, {"code": code})
+        sc = tool.valid(r)
+        check(r.get("isError") is True and sc["reason"] == "error", "the big failing run fails", sc["reason"])
+        check(len(r["content"]) == 1, "one text block", len(r["content"]))
+        text = r["content"][0]["text"]
+        check(len(text) <= 8000, "the text fits the budget", len(text))
+        as_json = json.loads(text)
+        check(as_json["error"].startswith("the script exited with code 1"), "the text leads with why", as_json["error"])
+        for sentinel in ("OUT-HEAD", "OUT-TAIL", "ERR-HEAD", "ZeroDivisionError"):
+            check(text.count(sentinel) == 1, f"{sentinel} once in the text", text)
+        check(sc["stdout"]["total_bytes"] == 1_000_018 and sc["stderr"]["truncated"], "structured totals", sc["stdout"])
+        ok(f"text budget: {len(text)} characters of JSON for 1 MB on both streams")
+
+        r = await call(s, {"code": "print('x' * 10_000_000)"})
+        sc = tool.valid(r)
+        why = json.loads(r["content"][0]["text"])["error"]
+        check(sc["reason"] == "output_limit" and "stdout went over the cap of 1M (1048576 bytes) per output stream" in why,
+              "the output-limit text names the stream and the cap", why)
+        check(len(r["content"][0]["text"]) <= 8000, "the 10 MB print's text fits", len(r["content"][0]["text"]))
+        ok(f"output limit: {why!r}")
+
         for bad, needle in [
             ({}, "missing field `code`"),
-            ({"code": 5}, "invalid type"),
+            ({"code": 5}, "`code` must be a string of Python source, got a number"),
+            ({"code": "1", "timeout_seconds": "2"}, "`timeout_seconds` must be a number of seconds greater than 0"),
             ({"code": "1", "cmd": "x"}, "unknown field `cmd`"),
-            ({"code": "1", "timeout_seconds": -1}, "positive"),
+            ({"code": "1", "timeout_seconds": -1}, "greater than 0"),
             ({"code": "1", "timeout_seconds": 3600}, "timeout_seconds"),
             ({"code": "1", "profile": "nope"}, "invalid profile"),
         ]:
             r = await call(s, bad)
             check(r.get("isError") is True and needle in text_of(r), f"bad arguments {bad} -> tool error with {needle!r}", r)
         ok("bad arguments: tool errors, not protocol errors")
+
+        r = await call(s, {"code": "#" * (1 << 20) + "\nprint(1)"})
+        check(r.get("isError") is True and "at most 1048576" in text_of(r), "code over maxLength is a tool error", text_of(r))
+        # A request line over the stdio limit gets a JSON-RPC error for its id (rmcp alone
+        # dropped it and the call waited forever).
+        from mcp.shared.exceptions import MCPError
+
+        try:
+            with anyio.fail_after(60):
+                await s.call_tool("run_python", {"code": "print(1)", "stdin": "x" * (17 << 20)})
+            check(False, "an oversized request is answered with an error")
+        except MCPError as e:
+            check("request too large" in str(e.error.message), "the error says the request is too large", e.error)
+        r = await call(s, {"code": "print(3)"})
+        check(tool.valid(r)["stdout"]["text"] == "3\n", "the session works after an oversized request", r)
+        ok("oversized request line: a JSON-RPC error for its id, the session goes on")
 
         stamps: list[tuple[float, float, str | None]] = []
 
@@ -245,6 +315,58 @@ async def modern_session() -> None:
     ok("2026-07-28 (server/discover, stateless) client works")
 
 
+async def reload_session() -> None:
+    """A daemon reload that adds a profile reaches the client: tools.listChanged is
+    declared, notifications/tools/list_changed arrives, and tools/list shows the profile."""
+    from mcp import types
+
+    changed = anyio.Event()
+
+    async def on_message(message) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            changed.set()
+
+    extra = os.path.join(ARGS.profiles_dir, "reloadtest.toml")
+    async with stdio_client(params("--profile-refresh", "0.2")) as (read, write):
+        async with ClientSession(read, write, message_handler=on_message) as s:
+            init = await s.initialize()
+            caps = init.capabilities.tools
+            check(caps is not None and caps.list_changed is True, "tools.listChanged is declared", init.capabilities)
+            before = (await s.list_tools()).tools[0].input_schema["properties"]["profile"]
+            check("reloadtest" not in before["enum"], "no reloadtest profile yet", before)
+            with open(os.path.join(ARGS.profiles_dir, "default.toml")) as f:
+                text = f.read()
+            try:
+                with open(extra, "w") as f:
+                    f.write(text.replace('description = "', 'description = "Reload test: ', 1))
+                os.kill(ARGS.daemon_pid, signal.SIGHUP)
+                with anyio.fail_after(30):
+                    await changed.wait()
+                after = (await s.list_tools()).tools[0].input_schema["properties"]["profile"]
+                check("reloadtest" in after["enum"], "the new profile is listed", after)
+                r = await call(s, {"code": "print('reloaded')", "profile": "reloadtest"})
+                check(r.get("isError") is False, "the new profile runs", r)
+            finally:
+                os.unlink(extra)
+                os.kill(ARGS.daemon_pid, signal.SIGHUP)
+    ok("daemon reload: notifications/tools/list_changed, and tools/list shows the new profile")
+
+
+async def discover_only_session() -> None:
+    """A 2026-07-28 client that only asks server/discover and closes: a normal end."""
+    import tempfile
+
+    with tempfile.TemporaryFile("w+") as errlog:
+        async with stdio_client(params(), errlog=errlog) as (read, write):
+            async with ClientSession(read, write) as s:
+                await s.discover()
+        await anyio.sleep(0.2)
+        errlog.seek(0)
+        log = errlog.read()
+    check("could not start" not in log and "ERROR" not in log, "no error log after discover-only", log)
+    ok("discover-only session: the server ends without an error")
+
+
 async def limits_sessions() -> None:
     async with session("--max-calls-per-minute", "2") as s:
         for _ in range(2):
@@ -254,28 +376,58 @@ async def limits_sessions() -> None:
         check(r.get("isError") is True and "rate limit" in text_of(r), "the third call is rate limited", r)
     ok("rate limit: clear tool error")
 
-    async with session("--max-concurrent-jobs", "1") as s:
+    async with session("--max-concurrent-jobs", "1", "--max-queued-calls", "1") as s:
         running = anyio.Event()
+        queued = anyio.Event()
 
         async def on_running(progress: float, total: float | None, message: str | None) -> None:
             if message and "busy" in message:
                 running.set()
 
+        async def on_queued(progress: float, total: float | None, message: str | None) -> None:
+            if message and message.startswith("queued"):
+                queued.set()
+
         scope = anyio.CancelScope()
+        second: dict = {}
         async with anyio.create_task_group() as tg:
 
             async def long_call() -> None:
                 with scope:
                     await call(s, {"code": "print('busy', flush=True)\nimport time\ntime.sleep(60)"}, progress_callback=on_running)
 
+            async def queued_call() -> None:
+                second.update(await call(s, {"code": "print('after')"}, progress_callback=on_queued))
+
             tg.start_soon(long_call)
             with anyio.fail_after(15):
                 await running.wait()
+            tg.start_soon(queued_call)
+            with anyio.fail_after(15):
+                await queued.wait()
+            # The queue (1 place) is full: the next call is refused, saying when to retry.
             r = await call(s, {"code": "pass"})
-            check(r.get("isError") is True and "too many jobs at once" in text_of(r), "concurrency limit", r)
+            t = text_of(r)
+            check(r.get("isError") is True and "too many calls at once" in t and "retry in" in t, "a full queue refuses", r)
             scope.cancel()
+        check(second.get("isError") is False and second["structuredContent"]["stdout"]["text"] == "after\n",
+              "the queued call ran once the slot was free", second)
         await wait_no_job_processes("after cancelling the concurrency test's job")
-    ok("concurrency limit: clear tool error")
+    ok("queue: a call past the slots waits with 'queued' progress; past the queue a refusal says when to retry")
+
+    # The default 4 slots and 8 concurrent calls: every call succeeds (4 of them queue).
+    async with session("--max-calls-per-minute", "0") as s:
+        results: list[dict] = []
+
+        async def one(i: int) -> None:
+            results.append(await call(s, {"code": f"import time; time.sleep(0.5); print({i})"}))
+
+        async with anyio.create_task_group() as tg:
+            for i in range(8):
+                tg.start_soon(one, i)
+        check(len(results) == 8 and all(r.get("isError") is False for r in results), "8 concurrent calls succeed", results)
+        check(sorted(r["structuredContent"]["stdout"]["text"] for r in results) == [f"{i}\n" for i in range(8)], "each ran", results)
+    ok("concurrency 8 with 4 slots: all calls succeed")
 
 
 async def no_daemon_session() -> None:
@@ -374,8 +526,37 @@ async def amain() -> None:
     if ARGS.packages_profile:
         await packages_session()
     await modern_session()
+    await discover_only_session()
+    await reload_session()
     await limits_sessions()
     await no_daemon_session()
+
+
+async def daemon_stop_session() -> None:
+    """Last, as it stops the daemon: a job killed by the daemon's shutdown is reported as
+    the daemon stopping, not as the user's cancel."""
+    async with session() as s:
+        running = anyio.Event()
+
+        async def on_running(progress: float, total: float | None, message: str | None) -> None:
+            if message and "long job" in message:
+                running.set()
+
+        result: dict = {}
+        async with anyio.create_task_group() as tg:
+
+            async def long_call() -> None:
+                result.update(await call(s, {"code": "print('long job', flush=True)\nimport time\ntime.sleep(60)"}, progress_callback=on_running))
+
+            tg.start_soon(long_call)
+            with anyio.fail_after(15):
+                await running.wait()
+            os.kill(ARGS.daemon_pid, signal.SIGTERM)
+        t = text_of(result)
+        check(result.get("isError") is True and "daemon stopped" in t and "did not run to its end" in t,
+              "the daemon's stop is named as such", result)
+        check(not t.startswith("cancelled"), "not a user's cancel", t)
+    ok("daemon stop mid-call: the result says the daemon stopped and the job did not finish")
 
 
 def main() -> int:
@@ -384,10 +565,12 @@ def main() -> int:
     p.add_argument("--server", required=True)
     p.add_argument("--socket", required=True)
     p.add_argument("--daemon-pid", type=int, required=True)
+    p.add_argument("--profiles-dir", required=True, help="the daemon's profiles directory (the reload check adds one)")
     p.add_argument("--packages-profile", help="a profile with a wheelhouse: run the packages checks")
     ARGS = p.parse_args()
     anyio.run(amain)
     stdin_eof()
+    anyio.run(daemon_stop_session)
     print("all checks passed", flush=True)
     return 0
 
