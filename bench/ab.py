@@ -3,13 +3,15 @@
 
 Each build gets its own daemon (its own socket, state dir and cgroup subtree); every round
 runs bare `/usr/bin/python3 -I -S -c pass`, optionally bubblewrap, and per build `viv run`
-and a client-library job, in a rotating order, so machine drift (a busy 2-core machine
+and client-library jobs (cold, warm from a cold-built pool, forked from a zygote ahead), each
+round in a random order, so machine drift (a busy 2-core machine
 especially) falls on all of them alike. Ratios are to bare: ratio of medians and median
 of per-round ratios.
 
 With `--throughput SECONDS`, rounds of throughput follow (`--rounds`, each build's turn
-rotating): bare interpreter starts and each build's zygote jobs (its own profile `benchzyg0`,
-a sandbox forked per job, and `benchzyg`, a pool of 4) at `--clients` concurrent clients
+rotating): bare interpreter starts and each build's warm jobs (`benchwarm`, a cold-built pool
+of 4) and zygote jobs (its own profile `benchzyg0`, a sandbox forked per job, and `benchzyg`,
+a pool of 4) at `--clients` concurrent clients
 for SECONDS each, with the machine's CPU time per job (from /proc/stat: every process, the
 daemon, kernel threads and the benchmark's own clients included).
 
@@ -21,6 +23,7 @@ to /tmp/before, same layout):
 """
 import argparse
 import os
+import random
 import shutil
 import signal
 import statistics
@@ -81,20 +84,27 @@ def main():
             viv = os.path.join(target, "viv")
             launchers.append((f"viv {name}", lambda viv=viv, sock=sock, script=script: timed(
                 [viv, "--socket", sock, "run", "--profile", "bench", script])))
-            lib = Library(os.path.join(target, "examples", "bench_client"), sock, "bench")
-            libs.append(lib)
-            launchers.append((f"library {name}", lib))
+            # Per job, one after another: a cold start, a warm sandbox built cold ahead
+            # (`benchwarm`, a pool of 4) and one forked from a zygote ahead (`benchzyg`).
+            for profile, label in (("bench", "library"), ("benchwarm", "warm"), ("benchzyg", "zygote")):
+                lib = Library(os.path.join(target, "examples", "bench_client"), sock, profile)
+                libs.append(lib)
+                launchers.append((f"{label} {name}", lib))
             exe = os.path.join(target, "examples", "bench_client")
-            for profile in ("benchzyg0", "benchzyg"):
+            for profile in ("benchwarm", "benchzyg0", "benchzyg"):
                 cells.append((f"{profile} {name}", lambda exe=exe, sock=sock, profile=profile:
                               library_throughput(exe, sock, profile, args.clients, args.throughput)))
         for _ in range(10):
             for _, f in launchers:
                 f()
         times = {name: [] for name, _ in launchers}
-        for i in range(args.runs):
-            k = i % len(launchers)
-            for name, f in launchers[k:] + launchers[:k]:
+        # Each round in a fresh random order: a rotation kept every launcher behind the
+        # same predecessor, so one build's launcher always ran while the other build's
+        # warm pool refilled from the job just before it (seen as +1.8 ms on `viv after`
+        # alone, gone when the two were timed on their own).
+        order = random.Random(1)
+        for _ in range(args.runs):
+            for name, f in order.sample(launchers, len(launchers)):
                 times[name].append(f())
         tput = {name: [] for name, _ in cells}
         for i in range(args.rounds if args.throughput else 0):
@@ -123,7 +133,7 @@ def main():
     if not args.runs:
         return
     bare = times["bare"]
-    print(f"{args.runs} rounds, launchers interleaved in rotating order.\n")
+    print(f"{args.runs} rounds, launchers interleaved in a random order per round.\n")
     print("| launcher | median ms | p90 ms | ratio of medians | median paired ratio |")
     print("|---|---:|---:|---:|---:|")
     for name, _ in launchers:
