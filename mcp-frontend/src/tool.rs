@@ -247,6 +247,7 @@ pub fn tool(
         .filter(|p| p.disabled.is_none())
         .collect();
     let packages = Packages::of(&usable, features);
+    let python = python_version(&usable, features, default_profile);
     // Open world: a profile with network, or package installs that fetch from an index.
     let network = usable.iter().any(|p| p.network) || packages.from_index;
     let mut input = (*rmcp::handler::server::common::schema_for_input::<RunPythonArgs>()
@@ -321,7 +322,13 @@ pub fn tool(
     constrain_output(&mut output);
     Tool::new(
         TOOL_NAME,
-        description(&usable, default_profile, budgets, &packages),
+        description(
+            &usable,
+            default_profile,
+            budgets,
+            &packages,
+            python.as_deref(),
+        ),
         Arc::new(input),
     )
     .with_title("Run Python in a sandbox")
@@ -520,12 +527,33 @@ fn constrain_output(schema: &mut JsonObject) {
     }
 }
 
-/// The tool description: what the sandbox allows, then short examples.
+/// The Python version to name in the description: the default profile's, as the daemon
+/// says it (protocol 4), or the one version all usable profiles share; `None` otherwise.
+fn python_version(
+    usable: &[&ProfileInfo],
+    features: Option<&[ProfileFeatures]>,
+    default_profile: &str,
+) -> Option<String> {
+    let features = features?;
+    let of = |name: &str| (features.iter().find(|f| f.name == name)).and_then(|f| f.python.clone());
+    if usable.iter().any(|p| p.name == default_profile) {
+        return of(default_profile);
+    }
+    let mut versions = usable.iter().map(|p| of(&p.name));
+    let first = versions.next()??;
+    versions
+        .all(|v| v.as_deref() == Some(&first))
+        .then_some(first)
+}
+
+/// The tool description: what the sandbox allows, then short examples. `python`: the
+/// interpreter's version when known ("Python 3" otherwise).
 pub fn description(
     usable: &[&ProfileInfo],
     default_profile: &str,
     budgets: Budgets,
     packages: &Packages,
+    python: Option<&str>,
 ) -> String {
     let (packages_text, packages_example) = match &packages.on {
         Some(on) if on.is_empty() => (String::new(), ""),
@@ -567,7 +595,7 @@ pub fn description(
         None => "the daemon's profile limits on time, CPU, memory, processes and output".into(),
     };
     format!(
-        "Run a Python 3 script in a fresh, disposable Linux sandbox and return its exit \
+        "Run a Python {python} script in a fresh, disposable Linux sandbox and return its exit \
          code, stdout, stderr and resource use. Each call starts clean: {network}, no state \
          between calls, writable /work and /tmp only, no pip; {limits}.{packages_text} A \
          Python exception or a limit hit is reported as an error with the \
@@ -580,6 +608,7 @@ pub fn description(
          {{\"code\": \"import time; time.sleep(5)\", \"timeout_seconds\": 2}}{packages_example}",
         out = budgets.output_chars,
         text = budgets.text_chars,
+        python = python.unwrap_or("3"),
     )
 }
 
@@ -1349,7 +1378,35 @@ mod tests {
             name: name.into(),
             packages_unavailable: unavailable.map(String::from),
             packages_from_index: from_index,
+            python: None,
         }
+    }
+
+    /// The description names the interpreter's version the daemon reports, and says
+    /// "Python 3" without one (an older daemon, or a name that does not say).
+    #[test]
+    fn the_description_names_the_profiles_python() {
+        let profiles = [profile("default", false), profile("other", false)];
+        let with = |d: Option<&str>, o: Option<&str>| {
+            let mut f = vec![
+                features("default", None, false),
+                features("other", None, false),
+            ];
+            f[0].python = d.map(String::from);
+            f[1].python = o.map(String::from);
+            let t = tool(Some(&profiles), Some(&f), "default", Budgets::default());
+            t.description.unwrap().to_string()
+        };
+        assert!(with(Some("3.12"), Some("3.11")).contains("Run a Python 3.12 script"));
+        assert!(with(None, Some("3.11")).contains("Run a Python 3 script"));
+        let old = tool(Some(&profiles), None, "default", Budgets::default());
+        assert!(old.description.unwrap().contains("Run a Python 3 script"));
+        let f = [features("a", None, false)];
+        let mut g = f.to_vec();
+        g[0].python = Some("3.13".into());
+        let only = [profile("a", false)];
+        let t = tool(Some(&only), Some(&g), "default", Budgets::default());
+        assert!(t.description.unwrap().contains("Run a Python 3.13 script"));
     }
 
     /// `packages` is advertised exactly where the daemon says it works.

@@ -342,6 +342,9 @@ pub struct ProfileFeatures {
     /// Whether package installs fetch from an index over the network (`index_url`), not
     /// only from a local wheelhouse.
     pub packages_from_index: bool,
+    /// The version of the profile's interpreter as its file name gives it (`3.11` for
+    /// `/usr/bin/python3` -> `python3.11`), `None` when the name does not say.
+    pub python: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

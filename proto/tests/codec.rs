@@ -312,13 +312,20 @@ fn event() -> impl Strategy<Value = Event> {
         ),
         int().prop_map(Event::StdinCredit),
         vec(
-            (text(), prop::option::of(text()), any::<bool>()).prop_map(
-                |(name, packages_unavailable, packages_from_index)| ProfileFeatures {
-                    name,
-                    packages_unavailable,
-                    packages_from_index,
-                }
-            ),
+            (
+                text(),
+                prop::option::of(text()),
+                any::<bool>(),
+                prop::option::of(text())
+            )
+                .prop_map(
+                    |(name, packages_unavailable, packages_from_index, python)| ProfileFeatures {
+                        name,
+                        packages_unavailable,
+                        packages_from_index,
+                        python,
+                    }
+                ),
             0..3
         )
         .prop_map(Event::ProfileFeatures),

@@ -77,8 +77,25 @@ impl ActiveProfile {
             name: self.profile.name.clone(),
             packages_from_index: packages_unavailable.is_none() && section.index_url.is_some(),
             packages_unavailable,
+            python: python_version(&self.profile.file.python.interpreter),
         }
     }
+}
+
+/// The interpreter's version as its file name says it, links resolved (`/usr/bin/python3`
+/// -> `python3.11`: `3.11`). Read from the name, never by running the interpreter.
+fn python_version(interpreter: &std::path::Path) -> Option<String> {
+    let real = std::fs::canonicalize(interpreter).unwrap_or_else(|_| interpreter.to_owned());
+    let name = real.file_name()?.to_str()?;
+    let version = name.strip_prefix("python")?;
+    let mut parts = version.split('.');
+    let major = parts
+        .next()
+        .filter(|m| !m.is_empty() && m.bytes().all(|b| b.is_ascii_digit()))?;
+    let minor = parts
+        .next()
+        .filter(|m| !m.is_empty() && m.bytes().all(|b| b.is_ascii_digit()))?;
+    (parts.next().is_none()).then(|| format!("{major}.{minor}"))
 }
 
 /// Decide, once at start, whether this host can enforce `profile` and how.
@@ -605,5 +622,29 @@ mod tests {
         let a = activate(shipped("default"), &facts(7, &["memory", "cpu", "cpuacct"]));
         let why = a.disabled.unwrap();
         assert!(why.contains("pids cgroup controller"), "{why}");
+    }
+
+    #[test]
+    fn the_python_version_comes_from_the_interpreters_file_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("python3.11");
+        std::fs::write(&real, b"").unwrap();
+        let link = dir.path().join("python3");
+        std::os::unix::fs::symlink("python3.11", &link).unwrap();
+        assert_eq!(python_version(&link).as_deref(), Some("3.11"));
+        assert_eq!(python_version(&real).as_deref(), Some("3.11"));
+        let others = tempfile::tempdir().unwrap();
+        for name in [
+            "python3",
+            "python",
+            "python3.11d",
+            "python3.x",
+            "pypy3.10",
+            "python3.11.2",
+        ] {
+            let other = others.path().join(name);
+            std::fs::write(&other, b"").unwrap();
+            assert_eq!(python_version(&other), None, "{name}");
+        }
     }
 }

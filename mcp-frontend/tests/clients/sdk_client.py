@@ -162,7 +162,10 @@ async def list_and_validate(s: ClientSession) -> Tool:
         check(a.get(k) is v, f"annotation {k} is {v}", a)
     check(a.get("title"), "annotation title", a)
     d = t["description"]
-    for needle in ("no network", "Python 3", "30 s wall", "Examples"):
+    # The daemon's profile runs /usr/bin/python3, the interpreter this venv was made from:
+    # the description names its version (the daemon reads it from the interpreter's name).
+    python = f"Python {sys.version_info.major}.{sys.version_info.minor} script"
+    for needle in ("no network", python, "30 s wall", "Examples"):
         check(needle in d, f"description mentions {needle!r}", d)
     return Tool(t)
 
