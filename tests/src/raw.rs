@@ -78,6 +78,25 @@ impl RawConn {
         );
     }
 
+    /// A connection whose hello was answered, trying again while the daemon says `Busy`
+    /// (up to ~10 s): a place given up, such as the harness's readiness probe (a connect
+    /// and a close), is free only once the daemon has seen the close, however fast or
+    /// slow the machine is. Panics on any other answer.
+    pub async fn admitted(path: &Path) -> RawConn {
+        for _ in 0..100 {
+            let mut c = RawConn::connect(path).await;
+            c.send(&hello_request()).await;
+            match c.recv().await {
+                Event::HelloAck(_) => return c,
+                Event::Error(e) if e.code == vivarium_proto::ErrorCode::Busy => {
+                    tokio::time::sleep(Duration::from_millis(100)).await
+                }
+                other => panic!("expected HelloAck, got {other:?}"),
+            }
+        }
+        panic!("the daemon said Busy for 10 s");
+    }
+
     /// Whether a new connection's hello is answered within ~5 s of tries (a place given
     /// up is free once the daemon has seen the close).
     pub async fn served_again(path: &Path) -> bool {

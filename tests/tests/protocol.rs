@@ -320,9 +320,7 @@ async fn connections_per_uid_are_capped() {
     );
     let mut open = Vec::new();
     for _ in 0..2 {
-        let mut c = RawConn::connect(daemon.socket()).await;
-        c.hello().await;
-        open.push(c);
+        open.push(RawConn::admitted(daemon.socket()).await);
     }
     let mut third = RawConn::connect(daemon.socket()).await;
     third.send_bytes(&hello()).await;
@@ -351,9 +349,7 @@ async fn one_uid_gets_a_quarter_of_the_places_by_default() {
     );
     let mut open = Vec::new();
     for _ in 0..2 {
-        let mut c = RawConn::connect(daemon.socket()).await;
-        c.hello().await;
-        open.push(c);
+        open.push(RawConn::admitted(daemon.socket()).await);
     }
     let mut third = RawConn::connect(daemon.socket()).await;
     third.send_bytes(&hello()).await;
