@@ -245,6 +245,9 @@ pub struct Profile {
     pub name: String,
     pub file: ProfileFile,
     pub seccomp_path: PathBuf,
+    /// A built-in profile's seccomp policy ([`builtin`]): read from the binary, not from
+    /// `seccomp_path` (which then only names it).
+    pub seccomp_builtin: Option<&'static [u8]>,
     /// `warm.packages`, parsed, sorted by canonical text and deduplicated.
     pub warm_packages: Vec<crate::packages::spec::Req>,
 }
@@ -491,6 +494,7 @@ impl Profile {
             name,
             file,
             seccomp_path,
+            seccomp_builtin: None,
             warm_packages,
         })
     }
@@ -562,6 +566,52 @@ fn is_script(path: &Path) -> bool {
         .unwrap_or(false)
 }
 
+/// The shipped profiles (`profiles/`), built into the binary: what a daemon serves when
+/// the default profiles directory does not exist, as on a fresh machine. A unit test
+/// checks that this list is every shipped profile.
+const BUILTIN: &[(&str, &str)] = &[
+    ("compat", include_str!("../../profiles/compat.toml")),
+    ("default", include_str!("../../profiles/default.toml")),
+    ("offline", include_str!("../../profiles/offline.toml")),
+    ("rootless", include_str!("../../profiles/rootless.toml")),
+    ("warm", include_str!("../../profiles/warm.toml")),
+    ("zygote", include_str!("../../profiles/zygote.toml")),
+];
+/// The seccomp policies the built-in profiles name, by their relative path.
+const BUILTIN_SECCOMP: &[(&str, &[u8])] = &[(
+    "seccomp/default.json",
+    include_bytes!("../../profiles/seccomp/default.json"),
+)];
+/// Where the built-in profiles say they come from (their `seccomp_path`s are beneath it).
+pub const BUILTIN_DIR: &str = "(built into vivariumd)";
+
+/// The built-in profiles, validated like a directory's.
+pub fn builtin() -> Result<Vec<Profile>, ProfileError> {
+    let dir = Path::new(BUILTIN_DIR);
+    BUILTIN
+        .iter()
+        .map(|(name, text)| {
+            let path = dir.join(format!("{name}.toml"));
+            let file: ProfileFile = toml::from_str(text).map_err(|source| ProfileError::Parse {
+                path: path.clone(),
+                source: Box::new(source),
+            })?;
+            let seccomp = file.security.seccomp.clone();
+            let mut profile = Profile::validate((*name).to_owned(), file, dir)?;
+            let json = BUILTIN_SECCOMP
+                .iter()
+                .find(|(p, _)| Path::new(p) == seccomp);
+            profile.seccomp_builtin =
+                Some(json.map(|(_, j)| *j).ok_or_else(|| ProfileError::Invalid {
+                    name: (*name).to_owned(),
+                    field: "security.seccomp",
+                    problem: format!("{} is not built in", seccomp.display()),
+                })?);
+            Ok(profile)
+        })
+        .collect()
+}
+
 /// Load every `*.toml` in `dir`, sorted by name. A file that fails validation is an
 /// error: a broken profile is never silently dropped.
 pub fn load_dir(dir: &Path) -> Result<Vec<Profile>, ProfileError> {
@@ -584,6 +634,35 @@ mod tests {
 
     fn shipped_dir() -> PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../profiles")
+    }
+
+    /// The built-in profiles are exactly the shipped directory's, parsed the same way, with
+    /// the same seccomp policy bytes.
+    #[test]
+    fn the_built_in_profiles_are_the_shipped_ones() {
+        let shipped = load_dir(&shipped_dir()).unwrap();
+        let built_in = builtin().unwrap();
+        let names = |ps: &[Profile]| ps.iter().map(|p| p.name.clone()).collect::<Vec<_>>();
+        assert_eq!(names(&built_in), names(&shipped));
+        for (b, s) in built_in.iter().zip(&shipped) {
+            assert_eq!(
+                format!("{:?}", b.file),
+                format!("{:?}", s.file),
+                "{}",
+                b.name
+            );
+            assert_eq!(
+                b.seccomp_builtin.unwrap(),
+                std::fs::read(&s.seccomp_path).unwrap(),
+                "{}",
+                b.name
+            );
+            assert!(
+                b.seccomp_path.starts_with(BUILTIN_DIR),
+                "{:?}",
+                b.seccomp_path
+            );
+        }
     }
 
     #[test]

@@ -14,7 +14,7 @@ use super::{activate, resolve_groups, Daemon, Live};
 use crate::config::{Config, ConfigError};
 use crate::profile::{self, ProfileError};
 use std::collections::{BTreeSet, HashMap};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -68,14 +68,15 @@ impl ConfigSource {
         Ok(config)
     }
 
-    /// Read the config file and every profile, as at startup.
+    /// Read the config file and every profile, as at startup. Where the profiles
+    /// directory is the default one and does not exist (a fresh machine), the profiles
+    /// built into the binary are served, and the log says so; a directory named by
+    /// `--profiles` or `profiles_dir` must exist.
     pub fn load(&self) -> Result<Loaded, LoadError> {
         let config = self.load_config()?;
         let dir = config.profiles_dir.clone();
-        let profiles = profile::load_dir(&dir).map_err(|source| LoadError::Profiles {
-            dir: dir.clone(),
-            source,
-        })?;
+        let default = self.profiles_dir.is_none() && dir == Config::default().profiles_dir;
+        let profiles = load_profiles(&dir, default)?;
         if profiles.is_empty() {
             return Err(LoadError::NoProfiles { dir });
         }
@@ -86,6 +87,27 @@ impl ConfigSource {
             allowed_gids,
         })
     }
+}
+
+/// The profiles in `dir`; or, where `dir` is the default one (`default`) and does not
+/// exist, the ones built into the binary, said so in the log.
+fn load_profiles(dir: &Path, default: bool) -> Result<Vec<profile::Profile>, LoadError> {
+    if default && !dir.exists() {
+        let profiles = profile::builtin().map_err(|source| LoadError::Profiles {
+            dir: profile::BUILTIN_DIR.into(),
+            source,
+        })?;
+        tracing::info!(
+            dir = %dir.display(),
+            profiles = ?profiles.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(),
+            "no profiles directory: serving the profiles built into vivariumd"
+        );
+        return Ok(profiles);
+    }
+    profile::load_dir(dir).map_err(|source| LoadError::Profiles {
+        dir: dir.to_owned(),
+        source,
+    })
 }
 
 /// Jobs in flight, for drain, per-uid quotas, idleness and STATUS=.
@@ -516,5 +538,20 @@ mod tests {
         std::fs::create_dir(dir.path().join("empty")).unwrap();
         let err = crate::error_chain(&source.load().err().unwrap());
         assert!(err.contains("no profiles in"), "{err}");
+    }
+
+    /// A fresh machine (the default profiles directory missing) gets the built-in
+    /// profiles; a directory someone named must exist.
+    #[test]
+    fn a_missing_default_profiles_directory_means_the_built_in_profiles() {
+        let missing = tempfile::tempdir().unwrap().path().join("profiles");
+        let names: Vec<String> = load_profiles(&missing, true)
+            .unwrap()
+            .into_iter()
+            .map(|p| p.name)
+            .collect();
+        assert!(names.iter().any(|n| n == "default"), "{names:?}");
+        let err = crate::error_chain(&load_profiles(&missing, false).err().unwrap());
+        assert!(err.contains(&missing.display().to_string()), "{err}");
     }
 }

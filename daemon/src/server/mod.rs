@@ -147,7 +147,7 @@ pub fn activate(profile: Profile, facts: &HostFacts) -> ActiveProfile {
             ));
         }
     }
-    let (filters, count) = match seccomp::load(&profile.seccomp_path, profile.file.network.inet()) {
+    let (filters, count) = match seccomp::load_for(&profile, profile.file.network.inet()) {
         Ok(p) => (p.to_wire(), p.filter_count()),
         Err(e) => {
             problems.push(format!("seccomp policy: {}", crate::error_chain(&e)));
@@ -158,7 +158,7 @@ pub fn activate(profile: Profile, facts: &HostFacts) -> ActiveProfile {
         problems.push("seccomp policy compiled to no filter".into());
     }
     let zygote_seccomp = if profile.file.warm.zygote {
-        match seccomp::load_zygote(&profile.seccomp_path, profile.file.network.inet()) {
+        match seccomp::load_zygote_for(&profile, profile.file.network.inet()) {
             Ok(z) => Some(vivarium_sandbox::plan::ZygoteSeccompWire {
                 zygote: z.zygote.to_wire(),
                 job: z.job.to_wire(),

@@ -475,7 +475,7 @@ pub fn install_plan(
     plan.env
         .retain(|(k, _)| !k.to_ascii_lowercase().ends_with("_proxy"));
     if p.file.network.inet() && section.index_url.is_none() {
-        plan.seccomp = crate::policy::seccomp::load(&p.seccomp_path, false)
+        plan.seccomp = crate::policy::seccomp::load_for(p, false)
             .map_err(PlanError::Seccomp)?
             .to_wire();
     }
@@ -535,7 +535,7 @@ pub fn install_plan(
         // The profile's seccomp policy with its `deny_socket_inet` filter in place of
         // `deny_socket_local`: IPv4/IPv6 sockets (to the proxy on the namespace's own
         // loopback) are allowed, netlink, packet and vsock sockets stay refused.
-        plan.seccomp = crate::policy::seccomp::load(&p.seccomp_path, true)
+        plan.seccomp = crate::policy::seccomp::load_for(p, true)
             .map_err(PlanError::Seccomp)?
             .to_wire();
         plan.landlock.tcp_connect = vec![EGRESS_PORT];
@@ -747,7 +747,7 @@ mod tests {
         assert!(plan.landlock.tcp_connect.is_empty() && !plan.landlock.tcp_any);
         // The default profile's own filters allow IPv4/IPv6 sockets (for its private
         // loopback): the install gets its policy without them.
-        let no_inet = crate::policy::seccomp::load(&a.profile.seccomp_path, false)
+        let no_inet = crate::policy::seccomp::load_for(&a.profile, false)
             .unwrap()
             .to_wire();
         assert_eq!(plan.seccomp, no_inet, "the profile's no-network filters");

@@ -297,6 +297,29 @@ pub fn compile(policy_json: &[u8], allow_inet: bool) -> Result<SeccompProgram, S
     compile_for_arch(policy_json, allow_inet, arch)
 }
 
+/// A profile's policy, compiled: the built-in one's bytes, or the file at its
+/// `seccomp_path`.
+pub fn load_for(
+    profile: &crate::profile::Profile,
+    allow_inet: bool,
+) -> Result<SeccompProgram, SeccompError> {
+    match profile.seccomp_builtin {
+        Some(json) => compile(json, allow_inet),
+        None => load(&profile.seccomp_path, allow_inet),
+    }
+}
+
+/// [`load_for`] split for a zygote ([`compile_zygote`]).
+pub fn load_zygote_for(
+    profile: &crate::profile::Profile,
+    allow_inet: bool,
+) -> Result<ZygoteSeccomp, SeccompError> {
+    match profile.seccomp_builtin {
+        Some(json) => compile_zygote(json, allow_inet),
+        None => load_zygote(&profile.seccomp_path, allow_inet),
+    }
+}
+
 /// Reads the policy at `path` and [`compile`]s it.
 pub fn load(path: &Path, allow_inet: bool) -> Result<SeccompProgram, SeccompError> {
     let json = std::fs::read(path).map_err(|source| SeccompError::Read {
