@@ -525,6 +525,16 @@ fn verify(units: &[PathBuf], user: bool, scratch: &Path) {
     );
 }
 
+/// Each line of a JSON log with its parsed object; panics, showing the log, on a line
+/// that is not one JSON object.
+fn json_lines(log: &str) -> impl Iterator<Item = (&str, serde_json::Value)> + '_ {
+    log.lines().map(move |line| {
+        let v = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {line}\n--- log ---\n{log}"));
+        (line, v)
+    })
+}
+
 /// `log_format = "json"`: every line the daemon writes is one JSON object, including the
 /// job's span fields.
 #[tokio::test(flavor = "multi_thread")]
@@ -539,9 +549,7 @@ async fn json_logs_are_one_object_per_line() {
     assert!(status.success(), "{status}");
     let log = daemon.log();
     let mut finished = false;
-    for line in log.lines() {
-        let v: serde_json::Value = serde_json::from_str(line)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {line}\n--- log ---\n{log}"));
+    for (line, v) in json_lines(&log) {
         if v["fields"]["message"] == "job finished" {
             assert_eq!(v["span"]["profile"], "default", "{line}");
             finished = true;
@@ -570,9 +578,7 @@ async fn json_logs_include_the_spawners_own_lines() {
     assert!(status.success(), "{status}");
     let log = daemon.log();
     let mut spawner_line = false;
-    for line in log.lines() {
-        let v: serde_json::Value = serde_json::from_str(line)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {line}\n--- log ---\n{log}"));
+    for (line, v) in json_lines(&log) {
         if v["target"] == "vivariumd::spawner" {
             let message = v["fields"]["message"].as_str().unwrap_or_default();
             assert!(

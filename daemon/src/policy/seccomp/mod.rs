@@ -303,10 +303,7 @@ pub fn load_for(
     profile: &crate::profile::Profile,
     allow_inet: bool,
 ) -> Result<SeccompProgram, SeccompError> {
-    match profile.seccomp_builtin {
-        Some(json) => compile(json, allow_inet),
-        None => load(&profile.seccomp_path, allow_inet),
-    }
+    compile(&policy_of(profile)?, allow_inet)
 }
 
 /// [`load_for`] split for a zygote ([`compile_zygote`]).
@@ -314,19 +311,29 @@ pub fn load_zygote_for(
     profile: &crate::profile::Profile,
     allow_inet: bool,
 ) -> Result<ZygoteSeccomp, SeccompError> {
+    compile_zygote(&policy_of(profile)?, allow_inet)
+}
+
+/// A profile's policy text: built in, or read from its `seccomp_path`.
+fn policy_of(
+    profile: &crate::profile::Profile,
+) -> Result<std::borrow::Cow<'static, [u8]>, SeccompError> {
     match profile.seccomp_builtin {
-        Some(json) => compile_zygote(json, allow_inet),
-        None => load_zygote(&profile.seccomp_path, allow_inet),
+        Some(json) => Ok(json.into()),
+        None => read(&profile.seccomp_path).map(Into::into),
     }
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, SeccompError> {
+    std::fs::read(path).map_err(|source| SeccompError::Read {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 /// Reads the policy at `path` and [`compile`]s it.
 pub fn load(path: &Path, allow_inet: bool) -> Result<SeccompProgram, SeccompError> {
-    let json = std::fs::read(path).map_err(|source| SeccompError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    compile(&json, allow_inet)
+    compile(&read(path)?, allow_inet)
 }
 
 /// Installs every filter, in order, on the calling thread. Called in a forked child right
@@ -393,15 +400,6 @@ pub fn compile_zygote(policy_json: &[u8], allow_inet: bool) -> Result<ZygoteSecc
         }
     })?;
     compile_zygote_for_arch(policy_json, allow_inet, arch)
-}
-
-/// Reads the policy at `path` and [`compile_zygote`]s it.
-pub fn load_zygote(path: &Path, allow_inet: bool) -> Result<ZygoteSeccomp, SeccompError> {
-    let json = std::fs::read(path).map_err(|source| SeccompError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    compile_zygote(&json, allow_inet)
 }
 
 /// [`compile_zygote`] with an explicit target architecture.
