@@ -118,7 +118,6 @@ pub enum FromSpawner {
 pub enum LogLevel {
     Error,
     Warn,
-    Info,
 }
 
 impl FromSpawner {

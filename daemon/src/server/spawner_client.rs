@@ -275,6 +275,5 @@ fn log_line(level: LogLevel, message: &str) {
     match level {
         LogLevel::Error => tracing::error!(target: "vivariumd::spawner", "{message}"),
         LogLevel::Warn => tracing::warn!(target: "vivariumd::spawner", "{message}"),
-        LogLevel::Info => tracing::info!(target: "vivariumd::spawner", "{message}"),
     }
 }
