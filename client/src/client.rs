@@ -24,6 +24,8 @@ pub struct Collected {
     pub stderr: Vec<u8>,
     /// The job's package environment, if it asked for packages.
     pub packages: Option<vivarium_proto::PackagesReport>,
+    /// How the job's sandbox was made (protocol 5+ daemons say).
+    pub sandbox: Option<vivarium_proto::SandboxStart>,
 }
 
 impl Client {
@@ -169,6 +171,7 @@ impl Client {
                         stdout,
                         stderr,
                         packages: handle.packages().cloned(),
+                        sandbox: handle.sandbox(),
                     })
                 }
                 JobEvent::Queued { .. } | JobEvent::Started { .. } => {}

@@ -7,7 +7,7 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio_seqpacket::UnixSeqpacket;
 use vivarium_proto::{
     encode, Code, Event, FrameError, JobSpec, LimitOverrides, Outcome, PackagesReport, Request,
-    SubmitWith, MAX_PAYLOAD_CHUNK,
+    SandboxStart, SubmitWith, MAX_PAYLOAD_CHUNK,
 };
 
 use crate::conn::{recv_event, send, send_frame, unexpected, Conn, ConnState};
@@ -183,6 +183,8 @@ pub struct JobHandle<'c> {
     cancelling: Arc<AtomicBool>,
     /// The job's package environment, once the daemon has reported it.
     packages: Option<PackagesReport>,
+    /// How the job's sandbox was made (protocol 5+), once the daemon has said.
+    sandbox: Option<SandboxStart>,
 }
 
 impl<'c> JobHandle<'c> {
@@ -198,7 +200,14 @@ impl<'c> JobHandle<'c> {
             active: Arc::new(AtomicBool::new(true)),
             cancelling: Arc::new(AtomicBool::new(false)),
             packages: None,
+            sandbox: None,
         }
+    }
+
+    /// How the job's sandbox was made: built for it, taken ready from a pool, or forked
+    /// from a zygote; known after `Started` from a protocol-5 daemon.
+    pub fn sandbox(&self) -> Option<SandboxStart> {
+        self.sandbox
     }
 
     /// The job's package environment (resolved set, whether it came from the cache), if
@@ -288,6 +297,10 @@ impl<'c> JobHandle<'c> {
                 // Reported before `Started`; kept on the handle rather than an event.
                 Event::Packages(report) if self.job_id.is_none() && self.packages.is_none() => {
                     self.packages = Some(report);
+                }
+                // Right after `Started`; kept on the handle as well.
+                Event::Sandbox(start) if self.job_id.is_some() && self.sandbox.is_none() => {
+                    self.sandbox = Some(start);
                 }
                 other => break other,
             }

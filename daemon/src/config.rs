@@ -70,6 +70,12 @@ pub struct Config {
     pub package_cache_max_bytes: u64,
     /// Inode cap of that cache (files, directories and links), evicted like the bytes.
     pub package_cache_max_inodes: u64,
+    /// Sandboxes kept ready (built ahead, waiting for one job) over all profiles' warm
+    /// pools: the bound on what the warm path holds while idle (each cold-built one is
+    /// ~3 MiB of private memory and two processes; docs/PERFORMANCE.md). Never more than
+    /// `max_concurrent_jobs`. 0: none, every job of a pool profile starts cold (a
+    /// zygote profile still forks each job's sandbox when it comes).
+    pub max_ready_sandboxes: usize,
 }
 
 /// How log lines are written to stderr.
@@ -113,6 +119,7 @@ impl Default for Config {
             package_cache_dir: PathBuf::from("/var/cache/vivarium/packages"),
             package_cache_max_bytes: 8 << 30,
             package_cache_max_inodes: 4_000_000,
+            max_ready_sandboxes: 16,
         }
     }
 }

@@ -141,6 +141,9 @@ fn run(cli: Cli, source: ConfigSource, weakening: Weakening) -> anyhow::Result<(
             bail!("no profile can be enforced on this host (see the warnings above)");
         }
         let signals = lifecycle::Signals::new().context("installing signal handlers")?;
+        // The first jobs take the fast path: the kept warm pools (the shipped default's)
+        // are built before the socket is bound (or, socket-activated, accepted on).
+        server::warm::prefill(&daemon, Duration::from_secs(10)).await;
         // The socket file is ours to remove only if we bound it.
         let (listener, bound) = match inherited {
             Some(fd) => {

@@ -32,12 +32,28 @@ pub struct ProfileFile {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WarmSection {
-    /// Ready sandboxes kept for this profile; 0 turns the warm path off.
+    /// Ready sandboxes kept for this profile when it is idle (the pool's floor); 0 and
+    /// no `zygote` turns the warm path off.
     #[serde(default)]
     pub pool: u32,
-    /// With no job taken for this long, the pool is emptied (refilled on the next job).
+    /// The most a burst grows the pool to: each job that finds the pool empty (or takes
+    /// its last sandbox) raises the pool's size by one, up to this; absent: `pool`.
+    #[serde(default)]
+    pub pool_max: Option<u32>,
+    /// Each `shrink_secs` in which no job found the pool empty, a grown pool's size
+    /// steps one down towards `pool` (its surplus sandboxes are retired).
+    #[serde(default = "default_warm_shrink_secs")]
+    pub shrink_secs: u64,
+    /// With no job taken for this long, the pool is emptied (refilled on the next job);
+    /// not with `keep`.
     #[serde(default = "default_warm_idle_secs")]
     pub idle_secs: u64,
+    /// Build the pool's floor when the daemon starts (and after a reload), before it
+    /// serves, and keep it however long no job comes: the shipped `default` profile's
+    /// fast path. Without it a pool exists from the first job that asks (which runs
+    /// cold) until `idle_secs` without one.
+    #[serde(default)]
+    pub keep: bool,
     /// Modules each warm interpreter imports before it waits for its job (for example
     /// `json`, or `numpy` from the profile's packages), so that the job's own import of
     /// them is a dictionary lookup.
@@ -60,11 +76,25 @@ fn default_warm_idle_secs() -> u64 {
     300
 }
 
+fn default_warm_shrink_secs() -> u64 {
+    30
+}
+
+impl WarmSection {
+    /// The pool's cap under a burst (`pool_max`, or `pool`).
+    pub fn pool_cap(&self) -> u32 {
+        self.pool_max.unwrap_or(self.pool).max(self.pool)
+    }
+}
+
 impl Default for WarmSection {
     fn default() -> Self {
         WarmSection {
             pool: 0,
+            pool_max: None,
+            shrink_secs: default_warm_shrink_secs(),
             idle_secs: default_warm_idle_secs(),
+            keep: false,
             preload: Vec::new(),
             packages: Vec::new(),
             zygote: false,
@@ -389,8 +419,22 @@ impl Profile {
         if file.warm.pool > MAX_WARM_POOL {
             return Err(bad("warm.pool", format!("must be at most {MAX_WARM_POOL}")));
         }
+        if let Some(max) = file.warm.pool_max {
+            if max < file.warm.pool || max > MAX_WARM_POOL {
+                return Err(bad(
+                    "warm.pool_max",
+                    format!("must be between warm.pool and {MAX_WARM_POOL}"),
+                ));
+            }
+        }
         if (file.warm.pool > 0 || file.warm.zygote) && file.warm.idle_secs == 0 {
             return Err(bad("warm.idle_secs", "must be greater than 0".into()));
+        }
+        if file.warm.shrink_secs == 0 {
+            return Err(bad("warm.shrink_secs", "must be greater than 0".into()));
+        }
+        if file.warm.keep && file.warm.pool == 0 {
+            return Err(bad("warm.keep", "needs a warm.pool to keep".into()));
         }
         for m in &file.warm.preload {
             let dotted = m.split('.').all(|part| {
@@ -708,23 +752,40 @@ mod tests {
     }
 
     #[test]
-    fn warm_pool_is_bounded_and_off_by_default() {
-        assert_eq!(parse(&default_text()).unwrap().file.warm.pool, 0);
-        let ok = parse(&format!("{}\n[warm]\npool = 3\n", default_text())).unwrap();
-        assert_eq!((ok.file.warm.pool, ok.file.warm.idle_secs), (3, 300));
+    fn warm_pool_is_bounded_and_off_without_a_section() {
+        let text = default_text();
+        let bare = &text[..text.find("[warm]").expect("default.toml has [warm]")];
+        let off = parse(bare).unwrap().file.warm;
+        assert_eq!((off.pool, off.pool_cap(), off.keep), (0, 0, false));
+        let ok = parse(&format!("{bare}\n[warm]\npool = 3\n"))
+            .unwrap()
+            .file
+            .warm;
+        assert_eq!(
+            (ok.pool, ok.pool_cap(), ok.idle_secs, ok.shrink_secs),
+            (3, 3, 300, 30)
+        );
+        let grown = parse(&format!(
+            "{bare}\n[warm]\npool = 1\npool_max = 4\nkeep = true\n"
+        ));
+        assert_eq!(grown.unwrap().file.warm.pool_cap(), 4);
         for (extra, field) in [
             ("pool = 65", "warm.pool"),
+            ("pool = 2\npool_max = 1", "warm.pool_max"),
+            ("pool = 2\npool_max = 65", "warm.pool_max"),
+            ("pool = 2\nshrink_secs = 0", "warm.shrink_secs"),
+            ("keep = true", "warm.keep"),
             ("pool = 1\npreload = [\"os; import x\"]", "warm.preload"),
             ("pool = 1\npreload = [\"\"]", "warm.preload"),
             ("pool = 1\npackages = [\"numpy >>= 1\"]", "warm.packages"),
             ("pool = 1\nidle_secs = 0", "warm.idle_secs"),
         ] {
-            match parse(&format!("{}\n[warm]\n{extra}\n", default_text())).unwrap_err() {
+            match parse(&format!("{bare}\n[warm]\n{extra}\n")).unwrap_err() {
                 ProfileError::Invalid { field: f, .. } => assert_eq!(f, field),
                 e => panic!("{e:?}"),
             }
         }
-        let err = parse(&format!("{}\n[warm]\nsize = 2\n", default_text())).unwrap_err();
+        let err = parse(&format!("{bare}\n[warm]\nsize = 2\n")).unwrap_err();
         assert!(matches!(err, ProfileError::Parse { .. }), "{err:?}");
     }
 

@@ -45,7 +45,10 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
 ///
 /// 4 added `Request::ListProfileFeatures` and `Event::ProfileFeatures` (appended; no
 /// existing struct changed): whether each profile's jobs can have packages.
-pub const PROTOCOL_VERSION: u32 = 4;
+///
+/// 5 added `Event::Sandbox` (appended), sent to version-5 peers after `Started`: whether
+/// the job's sandbox was built for it, taken ready from a pool, or forked from a zygote.
+pub const PROTOCOL_VERSION: u32 = 5;
 
 /// The oldest protocol version this build still speaks.
 pub const MIN_PROTOCOL_VERSION: u32 = 1;

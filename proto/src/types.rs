@@ -107,6 +107,21 @@ pub enum Event {
     StdinCredit(u64),
     /// Protocol 4+: the answer to [`Request::ListProfileFeatures`], one per profile.
     ProfileFeatures(Vec<ProfileFeatures>),
+    /// Protocol 5+: how the job's sandbox came to be (sent right after `Started`).
+    Sandbox(SandboxStart),
+}
+
+/// How a job's sandbox was made (`Event::Sandbox`). Every kind has the same layers
+/// (docs/ARCHITECTURE.md, "The warm path" and "The zygote"); they differ in cost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SandboxStart {
+    /// Built for this job: a sandbox and an interpreter started after it arrived.
+    Cold,
+    /// Taken from the profile's pool: built ahead by a cold start (`sandbox_id`), its
+    /// interpreter waiting for one job.
+    Ready { sandbox_id: u64 },
+    /// Forked from the profile's zygote, ahead (`ready`) or for this job.
+    Forked { sandbox_id: u64, ready: bool },
 }
 
 impl Event {
@@ -124,6 +139,7 @@ impl Event {
             Event::Packages(_) => "Packages",
             Event::StdinCredit(_) => "StdinCredit",
             Event::ProfileFeatures(_) => "ProfileFeatures",
+            Event::Sandbox(_) => "Sandbox",
         }
     }
 }

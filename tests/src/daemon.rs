@@ -42,6 +42,11 @@ pub struct DaemonOpts {
     /// Run this binary instead of `vivariumd` (the test-only `vivariumd-weakened`),
     /// with these arguments before the daemon's own.
     pub binary: Option<(PathBuf, Vec<String>)>,
+    /// Keep warm pools (`max_ready_sandboxes` as shipped). Off, the daemon keeps no
+    /// sandbox ready (`max_ready_sandboxes = 0`): every job of a pool profile, the
+    /// shipped default's included, starts cold, and the only job processes are the
+    /// test's own. The warm-path tests turn it on.
+    pub warm_pools: bool,
 }
 
 impl Default for DaemonOpts {
@@ -60,11 +65,17 @@ impl Default for DaemonOpts {
             notify_socket: None,
             exec_prefix: Vec::new(),
             binary: None,
+            warm_pools: false,
         }
     }
 }
 
 impl DaemonOpts {
+    /// Keep warm pools as a shipped daemon does (see [`DaemonOpts::warm_pools`]).
+    pub fn warm_pools(mut self) -> Self {
+        self.warm_pools = true;
+        self
+    }
     pub fn socket_mode(mut self, mode: &str) -> Self {
         self.socket_mode = mode.into();
         self
@@ -120,9 +131,21 @@ impl DaemonOpts {
     }
 }
 
-/// The repository's default profile with some `key = value` lines replaced, for
+/// The repository's default policy with some `key = value` lines replaced, for
 /// [`DaemonOpts::profile`]: each `(key, line)` swaps the first line starting with `key`.
+/// Without the default's `[warm]` section (its fast path, the file's last section): a
+/// profile made from this runs its jobs cold unless it adds a `[warm]` of its own.
 pub fn default_profile_with(replacements: &[(&str, &str)]) -> String {
+    let text = shipped_default_with(replacements);
+    let at = text
+        .find("\n[warm]")
+        .expect("default.toml ends with its [warm] section");
+    text[..at + 1].to_owned()
+}
+
+/// The shipped default profile, `[warm]` section included, with some lines replaced as
+/// for [`default_profile_with`].
+pub fn shipped_default_with(replacements: &[(&str, &str)]) -> String {
     let text = std::fs::read_to_string(workspace_dir().join("profiles/default.toml"))
         .expect("profiles/default.toml");
     let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
@@ -223,6 +246,9 @@ impl Daemon {
             state = state_dir.display().to_string(),
         );
         let mut config = config;
+        if !opts.warm_pools {
+            config.push_str("max_ready_sandboxes = 0\n");
+        }
         for line in &opts.config_lines {
             config.push_str(line);
             config.push('\n');

@@ -15,13 +15,14 @@ mod daemon;
 mod leaks;
 mod raw;
 
-pub use daemon::{default_profile_with, Daemon, DaemonOpts};
+pub use daemon::{default_profile_with, shipped_default_with, Daemon, DaemonOpts};
 pub use leaks::{alive, descendants, host_cgroup_version, host_cgroup_view, Proc, Snapshot};
 pub use raw::RawConn;
 pub use vivarium_client::{
     proto, Client, ClientError, Collected, Job, JobEvent, JobHandle, Stream,
 };
 
+use serde_json::Value;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -183,6 +184,43 @@ pub fn evidence(c: &Collected) -> serde_json::Value {
         .find(|l| l.trim_start().starts_with('{'))
         .and_then(|l| serde_json::from_str(l).ok())
         .unwrap_or_else(|| panic!("the probe printed no JSON evidence\n{}", describe(c)))
+}
+
+/// Replace what legitimately differs between two sandboxes (namespace and pipe inode
+/// numbers, the per-job host ids) so that evidence can be compared as a whole.
+pub fn normalize_evidence(v: &Value) -> Value {
+    match v {
+        Value::String(s) => {
+            let mut out = String::new();
+            let mut rest = s.as_str();
+            while let Some(open) = rest.find('[') {
+                let close = rest[open..].find(']').map(|c| open + c);
+                match close {
+                    Some(c) if rest[open + 1..c].chars().all(|ch| ch.is_ascii_digit()) => {
+                        out.push_str(&rest[..open]);
+                        out.push_str("[N]");
+                        rest = &rest[c + 1..];
+                    }
+                    _ => {
+                        out.push_str(&rest[..=open]);
+                        rest = &rest[open + 1..];
+                    }
+                }
+            }
+            out.push_str(rest);
+            match out.parse::<u64>() {
+                Ok(n) if n > 65_535 => Value::String("HOST-ID".into()),
+                _ => Value::String(out),
+            }
+        }
+        Value::Array(a) => Value::Array(a.iter().map(normalize_evidence).collect()),
+        Value::Object(o) => Value::Object(
+            o.iter()
+                .map(|(k, v)| (k.clone(), normalize_evidence(v)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
 }
 
 /// Poll `cond` every 20 ms until it holds or `timeout` passes; returns whether it held.

@@ -103,6 +103,7 @@ async fn a_zygote_jobs_environment_is_a_cold_jobs() {
     let plain_zygote = format!("{plain}\n[warm]\nzygote = true\npool = 2\nidle_secs = 600\n");
     let daemon = Daemon::start(
         DaemonOpts::default()
+            .warm_pools()
             .profile("plain", &plain)
             .profile("plainzygote", &plain_zygote),
     );

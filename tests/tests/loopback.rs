@@ -148,7 +148,7 @@ async fn a_job_talks_to_itself_over_its_own_loopback_and_reaches_nothing_else() 
         return;
     }
     let host = HostListener::bind();
-    let daemon = Daemon::start(DaemonOpts::default());
+    let daemon = Daemon::start(DaemonOpts::default().warm_pools());
     for profile in ["default", "compat", "warm", "zygote"] {
         // (warm and zygote: the second job comes from the pool the first one started.)
         for _ in 0..2 {

@@ -993,7 +993,7 @@ async fn a_warm_profile_serves_its_packages_preloaded() {
         "{}\n[warm]\npool = 2\npackages = [\"VivTiny\"]\npreload = [\"vivtiny\"]\n",
         fx.offline_profile(&[])
     );
-    let daemon = Daemon::start(fx.opts(1 << 30).profile("offline", &text));
+    let daemon = Daemon::start(fx.opts(1 << 30).warm_pools().profile("offline", &text));
     let probe = "import sys\nprint('-c' in sys.orig_argv, 'vivtiny' in sys.modules)\n\
                  import vivtiny\nprint(vivtiny.answer(), sys.prefix)\n";
     // The first job creates the pool (cold, and installs).

@@ -359,7 +359,7 @@ async fn fontconfig_finds_its_configuration_under_every_profile() {
                 .filter(|l| l.starts_with("/usr/"))
                 .count()
         });
-    let daemon = Daemon::start(DaemonOpts::default());
+    let daemon = Daemon::start(DaemonOpts::default().warm_pools());
     for profile in ["default", "compat", "warm", "zygote", "rootless", "offline"] {
         let done = daemon
             .run_job(&Job::new(probe("fontconfig")).profile(profile))

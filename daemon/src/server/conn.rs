@@ -764,6 +764,7 @@ async fn start(
         active,
         packages,
         credits: stdin_tx.is_some() && version >= 3,
+        sandbox_event: version >= 5,
     };
     if request.credits {
         // What the job's stdin queue holds; more follows as the job reads.

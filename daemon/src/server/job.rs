@@ -15,7 +15,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, watch, Notify};
 use tokio_seqpacket::UnixSeqpacket;
 use tracing::Instrument;
-use vivarium_proto::{ErrorCode, Event, Isolation, Reason, MAX_PAYLOAD_CHUNK};
+use vivarium_proto::{ErrorCode, Event, Isolation, Reason, SandboxStart, MAX_PAYLOAD_CHUNK};
 use vivarium_sandbox::ipc::{FromSpawner, JobReport, KillCause};
 use vivarium_sandbox::plan;
 
@@ -32,7 +32,13 @@ pub struct JobRequest {
     /// Protocol 3+: the client sends stdin against credit; each chunk written to the job
     /// gives its bytes back as `StdinCredit`.
     pub credits: bool,
+    /// Protocol 5+: the client is told how the job's sandbox was made (`Event::Sandbox`).
+    pub sandbox_event: bool,
 }
+
+/// The longest a job waits for the sandbox being built for its empty pool (a build is
+/// tens of milliseconds; past this the machine is overloaded, and the job starts cold).
+const CLAIM_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 pub async fn run(
     daemon: Arc<Daemon>,
@@ -93,7 +99,12 @@ pub async fn run(
         let warm = if super::warm::eligible(&daemon, &req.active, &req.limits, &req.packages) {
             let own = req.active.profile.default_limits();
             let pooled = req.limits.memory_bytes == own.memory_bytes && req.limits.pids == own.pids;
-            match pooled.then(|| daemon.warm.take(&req.profile, &req.active)).flatten() {
+            let taken = if pooled {
+                daemon.warm.take(&req.profile, &req.active).sandbox(CLAIM_WAIT).await
+            } else {
+                None
+            };
+            match taken {
                 // None ready (or other limits): with a zygote, fork one for this job now (a
                 // few ms) rather than start cold.
                 None if req.active.profile.file.warm.zygote => super::warm::build(&daemon, &req.active, &req.limits)
@@ -270,6 +281,19 @@ async fn execute(
         },
     )
     .await;
+    if req.sandbox_event {
+        let start = match &warm {
+            None => SandboxStart::Cold,
+            Some(w) if w.forked => SandboxStart::Forked {
+                sandbox_id: w.job_id,
+                ready: w.was_ready,
+            },
+            Some(w) => SandboxStart::Ready {
+                sandbox_id: w.job_id,
+            },
+        };
+        send(sock, &Event::Sandbox(start)).await;
+    }
     // A warm sandbox's environment stays in use (not evictable) until the job is over.
     let mut _warm_env = None;
     let (job_id, mut events, stdin_prefix, in_w, out_r, err_r, mut landlock) = match warm {

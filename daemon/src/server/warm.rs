@@ -1,5 +1,5 @@
-//! The warm path: per profile, a small pool of sandboxes built ahead of time, each with
-//! its interpreter already started and waiting for one job on stdin.
+//! The warm path: per profile, a pool of sandboxes built ahead of time, each with its
+//! interpreter already started and waiting for one job on stdin.
 //!
 //! A warm sandbox is an ordinary job sandbox (same plan, same spawner, same setup order:
 //! namespaces, read-only root, capabilities, Landlock, seccomp, cgroup), whose payload
@@ -7,14 +7,19 @@
 //! nothing but our bootstrap until a job is delivered; it then runs that one job and
 //! ends with it. Deadlines and CPU accounting start when the job is delivered (`Arm`).
 //!
-//! A pool exists from the first job that asks for its profile (that job runs cold), so
-//! a daemon whose clients never use a warm profile never builds a warm sandbox.
+//! A pool's size adapts: it starts at the profile's `warm.pool` (its floor), grows by one
+//! for each job that finds it empty or takes its last sandbox, up to `warm.pool_max`, and
+//! steps back down by one per `warm.shrink_secs` in which no job found it empty. A
+//! `warm.keep` pool (the shipped default's) is built before the daemon serves and kept
+//! however long no job comes; any other exists from the first job that asks for its
+//! profile (that job runs cold) and is emptied after `warm.idle_secs` without one.
+//!
 //! One maintainer task keeps the pools: it builds one sandbox at a time, only while no
 //! job waits in the queue (so refilling never holds back a cold job) and, while jobs
-//! run, only for a pool at most half full, stops at the
-//! profile's `warm.pool` and at `max_concurrent_jobs` sandboxes in all (the spawner's id
-//! slots are sized for running jobs, twice over), empties a pool after `warm.idle_secs`
-//! without demand, and throws away sandboxes of a profile replaced by a reload.
+//! run, only for a pool at most half full; it stops at the pool's size and at
+//! `max_ready_sandboxes` (and `max_concurrent_jobs`: the spawner's id slots are sized for
+//! running jobs, twice over) sandboxes in all, and throws away sandboxes of a profile
+//! replaced by a reload.
 
 use super::{ActiveProfile, Daemon};
 use crate::policy::plan;
@@ -22,7 +27,7 @@ use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::{mpsc, oneshot, Notify};
 use vivarium_proto::LandlockStatus;
 use vivarium_sandbox::ipc::{FromSpawner, KillCause};
 
@@ -38,6 +43,10 @@ pub struct WarmSandbox {
     /// The profile's `warm.packages` environment, in use (not evictable) while the
     /// sandbox lives.
     pub env: Option<super::packages::Ready>,
+    /// Forked from the profile's zygote (else built by a cold start).
+    pub forked: bool,
+    /// Taken from a pool (else built, or forked, for the job that has it).
+    pub was_ready: bool,
     active: Arc<ActiveProfile>,
 }
 
@@ -69,40 +78,203 @@ impl WarmSandbox {
 struct Pool {
     ready: Vec<WarmSandbox>,
     last_demand: Instant,
+    /// The size the pool is kept at now: its floor (`warm.pool`), grown by jobs that
+    /// found it empty, up to `warm.pool_max`.
+    size: usize,
+    /// When `size` last grew or stepped down.
+    resized: Instant,
+    /// The maintainer is building a sandbox for this pool, of this activation.
+    building: Option<Arc<ActiveProfile>>,
+    /// A job that found the pool empty while that build was under way waits for it here
+    /// (one job per build): the build is further along than a cold start would be.
+    claim: Option<oneshot::Sender<WarmSandbox>>,
+}
+
+impl Pool {
+    fn new(floor: u32) -> Pool {
+        Pool {
+            ready: Vec::new(),
+            last_demand: Instant::now(),
+            size: floor as usize,
+            resized: Instant::now(),
+            building: None,
+            claim: None,
+        }
+    }
+
+    /// The sandboxes this pool of `active` should hold now: its size, which first steps
+    /// one down towards the floor if `shrink_secs` have passed since it last changed;
+    /// none once idle for `idle_secs` (unless kept).
+    fn target(&mut self, active: &ActiveProfile) -> usize {
+        let w = &active.profile.file.warm;
+        let floor = w.pool as usize;
+        self.size = self.size.clamp(floor, w.pool_cap() as usize);
+        if self.size > floor && self.resized.elapsed() >= Duration::from_secs(w.shrink_secs) {
+            self.size -= 1;
+            self.resized = Instant::now();
+        }
+        let idle = self.last_demand.elapsed() > Duration::from_secs(w.idle_secs);
+        if idle && !w.keep {
+            0
+        } else {
+            self.size
+        }
+    }
 }
 
 #[derive(Default)]
 pub struct WarmPools {
     pools: Mutex<HashMap<String, Pool>>,
     wake: Notify,
+    /// Builds that failed (for [`prefill`], which stops waiting for a pool that cannot
+    /// be built).
+    failures: std::sync::atomic::AtomicU64,
+}
+
+/// What the pools hold now, per profile: `(ready, size)`.
+pub type PoolSizes = Vec<(String, usize, usize)>;
+
+/// What [`WarmPools::take`] found.
+pub enum Take {
+    Ready(Box<WarmSandbox>),
+    /// None ready, but one is being built for the pool: it is this job's when done
+    /// (the sender is dropped if the build fails).
+    Building(oneshot::Receiver<WarmSandbox>),
+    None,
+}
+
+impl Take {
+    /// The sandbox, waiting at most `within` for one under way (past that, or if its
+    /// build failed, none: the job starts another way, and a sandbox finished later
+    /// joins the pool).
+    pub async fn sandbox(self, within: Duration) -> Option<WarmSandbox> {
+        match self {
+            Take::Ready(w) => Some(*w),
+            Take::Building(rx) => tokio::time::timeout(within, rx).await.ok()?.ok(),
+            Take::None => None,
+        }
+    }
 }
 
 impl WarmPools {
-    /// A ready sandbox of this profile (as activated now), if any. Counts as demand
-    /// either way, so an emptied pool refills.
-    pub fn take(&self, name: &str, active: &Arc<ActiveProfile>) -> Option<WarmSandbox> {
+    /// A ready sandbox of this profile (as activated now), or the one being built for
+    /// it if no other job waits for that. Counts as demand either way, so an emptied
+    /// pool refills, and one found empty grows.
+    pub fn take(&self, name: &str, active: &Arc<ActiveProfile>) -> Take {
+        let warm = &active.profile.file.warm;
         let mut pools = self.pools.lock().expect("warm pools lock");
-        let pool = pools.entry(name.to_owned()).or_insert_with(|| Pool {
-            ready: Vec::new(),
-            last_demand: Instant::now(),
-        });
+        let pool = pools
+            .entry(name.to_owned())
+            .or_insert_with(|| Pool::new(warm.pool));
         pool.last_demand = Instant::now();
         let mut found = None;
         while let Some(mut w) = pool.ready.pop() {
             if Arc::ptr_eq(&w.active, active) && !w.is_dead() {
+                w.was_ready = true;
                 found = Some(w);
                 break;
             }
             // Stale (reloaded profile) or dead: dropping closes its stdin and it exits.
         }
+        // Demand beyond what the pool holds: it grows (a burst), up to its cap.
+        if pool.ready.is_empty() && pool.size < warm.pool_cap() as usize {
+            pool.size += 1;
+            pool.resized = Instant::now();
+        }
+        let take = match found {
+            Some(w) => Take::Ready(Box::new(w)),
+            None if pool.claim.as_ref().is_none_or(|c| c.is_closed())
+                && pool
+                    .building
+                    .as_ref()
+                    .is_some_and(|b| Arc::ptr_eq(b, active)) =>
+            {
+                let (tx, rx) = oneshot::channel();
+                pool.claim = Some(tx);
+                Take::Building(rx)
+            }
+            None => Take::None,
+        };
         drop(pools);
         self.wake.notify_one();
-        found
+        take
     }
 
     /// A job ended: a pool may refill now.
     pub fn nudge(&self) {
         self.wake.notify_one();
+    }
+
+    /// Each pool's ready sandboxes and size, by profile name (for the status line and
+    /// tests).
+    pub fn sizes(&self) -> PoolSizes {
+        let pools = self.pools.lock().expect("warm pools lock");
+        let mut sizes: PoolSizes = pools
+            .iter()
+            .map(|(name, p)| (name.clone(), p.ready.len(), p.size))
+            .collect();
+        sizes.sort();
+        sizes
+    }
+}
+
+/// The most sandboxes all pools may hold ready at once.
+fn ready_limit(daemon: &Daemon) -> usize {
+    daemon
+        .live()
+        .config
+        .max_ready_sandboxes
+        .min(daemon.config.max_concurrent_jobs)
+}
+
+/// Whether `active` keeps a pool built before the daemon serves and while it is idle.
+fn kept(daemon: &Daemon, active: &ActiveProfile) -> bool {
+    let warm = &active.profile.file.warm;
+    warm.keep && warm.pool > 0 && active.disabled.is_none() && daemon.facts.cgroup.is_some()
+}
+
+/// Wait (at most `within`) until every `warm.keep` pool holds its floor, so that the
+/// first jobs after a start take the fast path; returns early if a build fails (the
+/// maintainer retries it later, logged).
+pub async fn prefill(daemon: &Arc<Daemon>, within: Duration) {
+    let failures = || {
+        daemon
+            .warm
+            .failures
+            .load(std::sync::atomic::Ordering::SeqCst)
+    };
+    let failed_before = failures();
+    let deadline = Instant::now() + within;
+    let started = Instant::now();
+    loop {
+        let live = daemon.live();
+        let limit = ready_limit(daemon);
+        let mut wanted = 0;
+        let mut have = 0;
+        {
+            let pools = daemon.warm.pools.lock().expect("warm pools lock");
+            for (name, active) in live.profiles.iter().filter(|(_, a)| kept(daemon, a)) {
+                wanted += active.profile.file.warm.pool as usize;
+                have += pools.get(name).map_or(0, |p| p.ready.len());
+            }
+        }
+        let wanted = wanted.min(limit);
+        if have >= wanted {
+            if wanted > 0 {
+                tracing::info!(
+                    sandboxes = have,
+                    ms = started.elapsed().as_millis() as u64,
+                    "warm pools ready"
+                );
+            }
+            return;
+        }
+        if failures() != failed_before || Instant::now() >= deadline {
+            tracing::warn!(ready = have, wanted, "serving before the warm pools are full (see the warnings above); their jobs start cold until they are");
+            return;
+        }
+        daemon.warm.wake.notify_one();
+        tokio::time::sleep(Duration::from_millis(2)).await;
     }
 }
 
@@ -120,8 +292,11 @@ pub fn eligible(
     packages: &[crate::packages::spec::Req],
 ) -> bool {
     let warm = &active.profile.file.warm;
-    if (warm.pool == 0 && !warm.zygote) || daemon.facts.cgroup.is_none() {
-        return false; // the common case: no warm path for this profile
+    if daemon.facts.cgroup.is_none() {
+        return false;
+    }
+    if !warm.zygote && (warm.pool == 0 || daemon.live().config.max_ready_sandboxes == 0) {
+        return false; // no warm path for this profile
     }
     let own = active.profile.default_limits();
     let mut asked: Vec<&str> = packages.iter().map(|r| r.text.as_str()).collect();
@@ -150,25 +325,26 @@ pub async fn maintain(daemon: Arc<Daemon>) {
 async fn tend(daemon: &Arc<Daemon>, backoff: &mut HashMap<String, Instant>) -> bool {
     let live = daemon.live();
     let draining = daemon.jobs.is_draining();
+    let limit = ready_limit(daemon);
     let mut doomed = Vec::new();
     let mut wanted: Option<(String, Arc<ActiveProfile>)> = None;
     {
         let mut pools = daemon.warm.pools.lock().expect("warm pools lock");
-        let mut total: usize = pools.values().map(|p| p.ready.len()).sum();
+        // Kept pools exist from the start (and from the reload that made them).
+        for (name, active) in &live.profiles {
+            if kept(daemon, active) && !pools.contains_key(name) {
+                pools.insert(name.clone(), Pool::new(active.profile.file.warm.pool));
+            }
+        }
+        let mut kept_total = 0;
+        let mut targets = Vec::new();
         for (name, pool) in pools.iter_mut() {
             let active = live.profiles.get(name).filter(|a| a.disabled.is_none());
             let target = match active {
-                Some(a) if !draining && daemon.facts.cgroup.is_some() => {
-                    let w = &a.profile.file.warm;
-                    let idle = pool.last_demand.elapsed() > Duration::from_secs(w.idle_secs);
-                    if idle {
-                        0
-                    } else {
-                        w.pool as usize
-                    }
-                }
+                Some(a) if !draining && daemon.facts.cgroup.is_some() => pool.target(a),
                 _ => 0,
             };
+            targets.push((name.clone(), target));
             // Drop the stale, the dead, and the surplus.
             let mut keep = Vec::new();
             for mut w in pool.ready.drain(..) {
@@ -178,15 +354,22 @@ async fn tend(daemon: &Arc<Daemon>, backoff: &mut HashMap<String, Instant>) -> b
                     // import, say): build no more of them for a while.
                     tracing::warn!(profile = %name, sandbox = w.job_id, "a warm sandbox ended before its job; check the profile's warm.preload; retrying in 5 s");
                     backoff.insert(name.clone(), Instant::now() + Duration::from_secs(5));
-                    total -= 1;
-                } else if current && keep.len() < target {
+                } else if current && keep.len() < target && kept_total < limit {
+                    kept_total += 1;
                     keep.push(w);
                 } else {
-                    total -= 1;
                     doomed.push(w);
                 }
             }
             pool.ready = keep;
+        }
+        for (name, target) in targets {
+            let (Some(pool), Some(active)) = (
+                pools.get(&name),
+                live.profiles.get(&name).filter(|a| a.disabled.is_none()),
+            ) else {
+                continue;
+            };
             // While jobs run, refill only a pool down to half: a sandbox build shares the
             // spawner and the CPUs with the running jobs, so it waits for a quiet moment
             // unless the pool is running low.
@@ -194,11 +377,11 @@ async fn tend(daemon: &Arc<Daemon>, backoff: &mut HashMap<String, Instant>) -> b
             if wanted.is_none()
                 && pool.ready.len() < target
                 && quiet
-                && total < daemon.config.max_concurrent_jobs
+                && kept_total < limit
                 && daemon.queued.load(std::sync::atomic::Ordering::SeqCst) == 0
-                && backoff.get(name).is_none_or(|t| Instant::now() >= *t)
+                && backoff.get(&name).is_none_or(|t| Instant::now() >= *t)
             {
-                wanted = active.map(|a| (name.clone(), a.clone()));
+                wanted = Some((name, active.clone()));
             }
         }
     }
@@ -208,16 +391,37 @@ async fn tend(daemon: &Arc<Daemon>, backoff: &mut HashMap<String, Instant>) -> b
     let Some((name, active)) = wanted else {
         return false;
     };
-    match build(daemon, &active, &active.profile.default_limits()).await {
-        Ok(w) => {
-            let mut pools = daemon.warm.pools.lock().expect("warm pools lock");
-            if let Some(pool) = pools.get_mut(&name) {
-                pool.ready.push(w);
+    let mark = |building: Option<Arc<ActiveProfile>>| {
+        let mut pools = daemon.warm.pools.lock().expect("warm pools lock");
+        let pool = pools.get_mut(&name)?;
+        pool.building = building;
+        pool.claim.take()
+    };
+    mark(Some(active.clone()));
+    let built = build(daemon, &active, &active.profile.default_limits()).await;
+    // A job waiting for this build gets it; else (or if that job has gone) the pool.
+    let claim = mark(None);
+    match built {
+        Ok(mut w) => {
+            w.was_ready = true;
+            let unclaimed = match claim {
+                Some(tx) => tx.send(w).err(),
+                None => Some(w),
+            };
+            if let Some(w) = unclaimed {
+                let mut pools = daemon.warm.pools.lock().expect("warm pools lock");
+                if let Some(pool) = pools.get_mut(&name) {
+                    pool.ready.push(w);
+                }
             }
             backoff.remove(&name);
             true
         }
         Err(why) => {
+            daemon
+                .warm
+                .failures
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             // A profile whose sandbox cannot start now is retried later, not in a loop.
             tracing::warn!(profile = %name, error = %vivarium_proto::error_chain(&why), "warm sandbox failed; retrying in 5 s");
             backoff.insert(name, Instant::now() + Duration::from_secs(5));
@@ -373,7 +577,10 @@ pub(super) async fn build(
         }
     };
     tracing::debug!(job_id, profile = %active.profile.name, "warm sandbox ready");
+    let forked = plan.kind.zygote().is_some();
     Ok(WarmSandbox {
+        forked,
+        was_ready: false,
         job_id,
         events,
         stdin,

@@ -11,9 +11,9 @@
 use std::time::Duration;
 
 use serde_json::Value;
-use vivarium_e2e::proto::{ExitStatus, Reason};
+use vivarium_e2e::proto::{ExitStatus, Reason, SandboxStart};
 use vivarium_e2e::{
-    default_profile_with, describe, evidence, probe, require_root, wait_until, Collected, Daemon,
+    default_profile_with, describe, evidence, normalize_evidence, probe, require_root, wait_until, Collected, Daemon,
     DaemonOpts, Job,
 };
 
@@ -61,43 +61,16 @@ async fn fill(daemon: &Daemon, profile: &str, pool: usize) {
     );
 }
 
-fn start(pool: u32, idle_secs: u64) -> Daemon {
-    Daemon::start(DaemonOpts::default().profile("hot", &warm_profile(pool, idle_secs)))
+/// A daemon keeping warm pools, whose `default` is the shipped default's policy without
+/// its fast path: the cold reference the cases compare `hot` with.
+fn cold_default() -> DaemonOpts {
+    DaemonOpts::default()
+        .warm_pools()
+        .profile("default", &default_profile_with(&[]))
 }
 
-/// Replace what legitimately differs between two sandboxes (namespace and pipe inode
-/// numbers, the per-job host ids) so that evidence can be compared as a whole.
-fn normalize(v: &Value) -> Value {
-    match v {
-        Value::String(s) => {
-            let mut out = String::new();
-            let mut rest = s.as_str();
-            while let Some(open) = rest.find('[') {
-                let close = rest[open..].find(']').map(|c| open + c);
-                match close {
-                    Some(c) if rest[open + 1..c].chars().all(|ch| ch.is_ascii_digit()) => {
-                        out.push_str(&rest[..open]);
-                        out.push_str("[N]");
-                        rest = &rest[c + 1..];
-                    }
-                    _ => {
-                        out.push_str(&rest[..=open]);
-                        rest = &rest[open + 1..];
-                    }
-                }
-            }
-            out.push_str(rest);
-            match out.parse::<u64>() {
-                Ok(n) if n > 65_535 => Value::String("HOST-ID".into()),
-                _ => Value::String(out),
-            }
-        }
-        Value::Array(a) => Value::Array(a.iter().map(normalize).collect()),
-        Value::Object(o) => {
-            Value::Object(o.iter().map(|(k, v)| (k.clone(), normalize(v))).collect())
-        }
-        other => other.clone(),
-    }
+fn start(pool: u32, idle_secs: u64) -> Daemon {
+    Daemon::start(cold_default().profile("hot", &warm_profile(pool, idle_secs)))
 }
 
 /// The expected differences: the order of the mount table, and a job forked from a
@@ -159,6 +132,15 @@ async fn a_warm_job_is_isolated_exactly_like_a_cold_one() {
             "{name}: {}",
             describe(&warm)
         );
+        assert_eq!(cold.sandbox, Some(SandboxStart::Cold), "{name}");
+        assert!(
+            matches!(
+                warm.sandbox,
+                Some(SandboxStart::Ready { .. } | SandboxStart::Forked { ready: true, .. })
+            ),
+            "{name}: {:?}",
+            warm.sandbox
+        );
         assert_eq!(
             cold.outcome.reason,
             warm.outcome.reason,
@@ -166,8 +148,8 @@ async fn a_warm_job_is_isolated_exactly_like_a_cold_one() {
             describe(&warm)
         );
         assert_eq!(
-            comparable(normalize(&evidence(&cold)), false),
-            comparable(normalize(&evidence(&warm)), true),
+            comparable(normalize_evidence(&evidence(&cold)), false),
+            comparable(normalize_evidence(&evidence(&warm)), true),
             "{name}: a warm job's evidence differs from a cold one's"
         );
         // A forked job reports what it has: the zygote's filter (the policy plus what a
@@ -395,7 +377,7 @@ async fn preloaded_modules_are_imported_before_the_job() {
         "{}\n[warm]\nzygote = {ZYGOTE}\npool = 2\npreload = [\"json\", \"xml.dom.minidom\"]\n",
         default_profile_with(&[])
     );
-    let daemon = Daemon::start(DaemonOpts::default().profile("hot", &text));
+    let daemon = Daemon::start(cold_default().profile("hot", &text));
     fill(&daemon, "hot", 2).await;
     let code = format!(
         "{WARM_MARK}import sys\nprint(sorted(m for m in ('json', 'xml.dom.minidom') if m in sys.modules))\n"
@@ -421,7 +403,7 @@ async fn a_failing_preload_is_reported_and_jobs_run_cold() {
         "{}\n[warm]\nzygote = {ZYGOTE}\npool = 2\npreload = [\"no_such_module_vivarium\"]\n",
         default_profile_with(&[])
     );
-    let daemon = Daemon::start(DaemonOpts::default().profile("hot", &text));
+    let daemon = Daemon::start(cold_default().profile("hot", &text));
     let done = daemon.run_job(&Job::new(WARM_MARK).profile("hot")).await;
     assert_eq!(done.outcome.reason, Reason::Ok, "{}", describe(&done));
     assert!(
