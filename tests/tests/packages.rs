@@ -679,6 +679,7 @@ async fn a_version_1_client_is_served_as_before() {
                 break;
             }
             Event::Packages(p) => panic!("a version-1 client got {p:?}"),
+            Event::Sandbox(s) => panic!("a version-1 client got {s:?}"),
             _ => {}
         }
     }

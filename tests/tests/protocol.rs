@@ -7,8 +7,8 @@ use std::os::unix::process::CommandExt;
 use std::process::Command;
 
 use vivarium_e2e::proto::{
-    encode, Code, ErrorCode, Event, Hello, JobSpec, LimitOverrides, Reason, Request, WireError,
-    MAX_FRAME, PROTOCOL_VERSION,
+    encode, Code, ErrorCode, Event, Hello, JobSpec, LimitOverrides, Reason, Request, SandboxStart,
+    WireError, MAX_FRAME, PROTOCOL_VERSION,
 };
 use vivarium_e2e::{
     bin, describe, describe_output, require_root, run_with_stdin, Daemon, DaemonOpts, RawConn,
@@ -101,7 +101,7 @@ async fn bad_frames_get_typed_errors_and_the_connection_goes_on() {
     let mut stdout = Vec::new();
     loop {
         match conn.recv().await {
-            Event::Started { .. } => {}
+            Event::Started { .. } | Event::Sandbox(_) => {}
             Event::Stdout(bytes) => stdout.extend(bytes),
             Event::Finished(outcome) => {
                 assert_eq!(outcome.reason, Reason::Ok, "{outcome:#?}");
@@ -483,7 +483,7 @@ async fn run_to_end(c: &mut RawConn) -> (Reason, Vec<u8>) {
     let mut stdout = Vec::new();
     loop {
         match c.recv().await {
-            Event::Started { .. } | Event::Queued { .. } => {}
+            Event::Started { .. } | Event::Sandbox(_) | Event::Queued { .. } => {}
             Event::Stdout(b) => stdout.extend_from_slice(&b),
             Event::Finished(o) => return (o.reason, stdout),
             other => panic!("unexpected {other:?}"),
@@ -563,4 +563,48 @@ fn find_in_path(name: &str) -> Option<std::path::PathBuf> {
         .split(':')
         .map(|dir| std::path::Path::new(dir).join(name))
         .find(|p| p.is_file())
+}
+
+/// `Event::Sandbox` (protocol 5) comes right after `Started`, on a version-5 connection
+/// only: a version-4 client, which could not decode it, never gets it.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_sandbox_event_follows_started_on_version_5_only() {
+    if !require_root() {
+        return;
+    }
+    let daemon = Daemon::start(DaemonOpts::default());
+    for version in [4, 5] {
+        let mut conn = RawConn::connect(daemon.socket()).await;
+        conn.send(&Request::Hello(Hello {
+            min_version: version,
+            max_version: version,
+            client: "vivarium-e2e".into(),
+        }))
+        .await;
+        assert!(matches!(conn.recv().await, Event::HelloAck(a) if a.version == version));
+        conn.send(&submit(Code::Inline(b"print('hi')".to_vec())))
+            .await;
+        let mut kinds = Vec::new();
+        loop {
+            let event = conn.recv().await;
+            // (Output may come in more than one frame.)
+            if kinds.last() != Some(&event.kind()) {
+                kinds.push(event.kind());
+            }
+            match event {
+                Event::Sandbox(start) => assert_eq!(start, SandboxStart::Cold, "v{version}"),
+                Event::Finished(o) => {
+                    assert_eq!(o.reason, Reason::Ok, "v{version}: {o:#?}");
+                    break;
+                }
+                _ => {}
+            }
+        }
+        let want: &[&str] = if version == 5 {
+            &["Started", "Sandbox", "Stdout", "Finished"]
+        } else {
+            &["Started", "Stdout", "Finished"]
+        };
+        assert_eq!(kinds, want, "v{version}");
+    }
 }

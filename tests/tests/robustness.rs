@@ -164,7 +164,7 @@ async fn a_client_that_stops_reading_keeps_no_slot() {
     let mut stdout = 0usize;
     let outcome = loop {
         match stuck.recv().await {
-            Event::Started { .. } => {}
+            Event::Started { .. } | Event::Sandbox(_) => {}
             Event::Stdout(b) => stdout += b.len(),
             Event::Finished(o) => break o,
             other => panic!("unexpected {other:?}"),
@@ -231,7 +231,7 @@ async fn clients_vanishing_mid_stream_leave_nothing() {
         loop {
             match c.recv().await {
                 Event::Stdout(_) => break,
-                Event::Started { .. } | Event::StdinCredit(_) => {}
+                Event::Started { .. } | Event::Sandbox(_) | Event::StdinCredit(_) => {}
                 other => panic!("round {round}: unexpected {other:?}"),
             }
         }
@@ -631,7 +631,7 @@ async fn run_to_end(c: &mut RawConn) -> (Reason, Vec<u8>) {
     let mut stdout = Vec::new();
     loop {
         match c.recv().await {
-            Event::Started { .. } => {}
+            Event::Started { .. } | Event::Sandbox(_) => {}
             Event::Stdout(b) => stdout.extend_from_slice(&b),
             Event::Finished(o) => return (o.reason, stdout),
             other => panic!("unexpected {other:?}"),
@@ -778,7 +778,7 @@ async fn stdin_credit_is_given_back_as_the_job_reads() {
             match c.recv().await {
                 Event::StdinCredit(n) => credits.push(n),
                 Event::Stdout(b) => stdout.extend_from_slice(&b),
-                Event::Started { .. } => {}
+                Event::Started { .. } | Event::Sandbox(_) => {}
                 Event::Finished(o) => break o,
                 other => panic!("v{version}: unexpected {other:?}"),
             }
@@ -935,6 +935,7 @@ async fn scripts_held_at_once_are_bounded() {
     let mut stdout = Vec::new();
     let outcome = loop {
         match third.recv().await {
+            Event::Sandbox(_) => {}
             Event::Stdout(b) => stdout.extend_from_slice(&b),
             Event::Finished(o) => break o,
             other => panic!("unexpected {other:?}"),

@@ -409,6 +409,10 @@ fn status_line(daemon: &Daemon) -> String {
             active - running - queued
         ));
     }
+    let ready: usize = daemon.warm.sizes().iter().map(|(_, ready, _)| ready).sum();
+    if ready > 0 {
+        s.push_str(&format!(", {ready} sandboxes ready"));
+    }
     if daemon.jobs.is_draining() {
         s = format!("draining: {s}");
     }
