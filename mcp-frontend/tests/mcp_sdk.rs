@@ -113,7 +113,10 @@ fn packages_setup(dir: &Path) -> Option<String> {
     ))
 }
 
-/// A `vivariumd` on a temporary config; SIGTERM (then SIGKILL) on drop.
+/// A `vivariumd` on a temporary config; SIGTERM (then SIGKILL) on drop. It keeps no
+/// sandbox ready (`max_ready_sandboxes = 0`): the client checks that a cancelled call's
+/// job leaves no process, and so counts every process of the daemon's as a job's. (The
+/// warm path's own tests, tests/tests/fast_default.rs, cover the shipped default's pool.)
 struct Daemon {
     child: Child,
     dir: tempfile::TempDir,
@@ -150,7 +153,8 @@ impl Daemon {
              cgroup_subtree = \"vivarium-mcp-test-{pid}\"\n\
              state_dir = {state:?}\n\
              id_base = {id_base}\n\
-             shutdown_grace_ms = 500\n",
+             shutdown_grace_ms = 500\n\
+             max_ready_sandboxes = 0\n",
             socket = socket.display().to_string(),
             profiles = dir.path().join("profiles").display().to_string(),
             state = dir.path().join("state").display().to_string(),
