@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use common::{outcome, refusal, serve};
 use vivarium_client::proto::{
-    ErrorCode, Event, ExitStatus, ProfileInfo, Reason, Request, MAX_FRAME, MAX_PAYLOAD_CHUNK,
+    ErrorCode, Event, ExitStatus, ProfileInfo, Reason, Request, SandboxStart, MAX_FRAME,
+    MAX_PAYLOAD_CHUNK,
 };
 use vivarium_client::{Client, ClientError, Job, JobEvent, Stream};
 
@@ -375,5 +376,42 @@ async fn daemon_vanishing_mid_job_is_a_disconnect() {
         .unwrap_err();
     assert!(matches!(err, ClientError::Disconnected), "{err:?}");
     assert!(seen.is_empty());
+    daemon.await.unwrap();
+}
+
+/// `Event::Sandbox` (after `Started`) is kept on the handle and in `Collected`, not
+/// returned as an event; before `Started` it is a protocol error.
+#[tokio::test]
+async fn the_sandbox_start_is_kept_and_only_after_started() {
+    let (_dir, path, daemon) = serve(|mut c| async move {
+        c.hello().await;
+        c.submit().await;
+        c.send(Event::Started {
+            job_id: 7,
+            profile: "default".into(),
+        })
+        .await;
+        c.send(Event::Sandbox(SandboxStart::Ready { sandbox_id: 7 }))
+            .await;
+        c.send(Event::Stdout(b"hi\n".to_vec())).await;
+        c.send(Event::Finished(outcome(7, Reason::Ok, ExitStatus::Code(0))))
+            .await;
+        c.submit().await;
+        c.send(Event::Sandbox(SandboxStart::Cold)).await;
+        assert_eq!(c.recv().await, None);
+    });
+    let mut client = Client::connect(&path).await.unwrap();
+    let done = client
+        .run_collect(&Job::new("print('hi')"), None)
+        .await
+        .unwrap();
+    assert_eq!(done.sandbox, Some(SandboxStart::Ready { sandbox_id: 7 }));
+    assert_eq!(done.stdout, b"hi\n");
+    let early = client.run_collect(&Job::new("pass"), None).await;
+    assert!(
+        matches!(early, Err(ClientError::Protocol(ref m)) if m.contains("Sandbox")),
+        "{early:?}"
+    );
+    drop(client);
     daemon.await.unwrap();
 }
