@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use vivarium_e2e::proto::{Reason, SandboxStart};
 use vivarium_e2e::{
-    alive, default_profile_with, describe, evidence, normalize_evidence, probe, require_root,
-    shipped_default_with, wait_until, Collected, Daemon, DaemonOpts, Job,
+    alive, default_profile_with, describe, describe_output, evidence, normalize_evidence, probe,
+    require_root, shipped_default_with, wait_until, Collected, Daemon, DaemonOpts, Job,
 };
 
 /// Printed first by a job: `WARM` if its interpreter was started with the warm

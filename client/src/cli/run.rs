@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::signal::unix::{signal, SignalKind};
-use vivarium_client::proto::{ErrorCode, PackagesReport, Reason};
+use vivarium_client::proto::{ErrorCode, PackagesReport, Reason, SandboxStart};
 use vivarium_client::{
     exit_code_for, is_abnormal, summary_line, verbose_report, Client, ClientError, Job, JobEvent,
     Outcome, Stream, EXIT_CANCELLED, EXIT_REFUSED,
@@ -79,6 +79,9 @@ struct JsonRun<'a> {
     /// The job's package environment, when it asked for packages.
     #[serde(skip_serializing_if = "Option::is_none")]
     packages: Option<&'a PackagesReport>,
+    /// How the job's sandbox was made (a protocol-5 daemon says).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sandbox: Option<SandboxStart>,
     exit_code: i32,
     stdout: String,
     stderr: String,
@@ -184,7 +187,7 @@ async fn run_inner(socket: &Path, args: RunArgs, verbose: bool) -> Result<i32, F
 
     let mut client = Client::connect(socket).await?;
     let mut sink = Sink::new(args.json);
-    let (outcome, packages) = drive(&mut client, &job, stdin, &mut sink, verbose).await?;
+    let (outcome, packages, sandbox) = drive(&mut client, &job, stdin, &mut sink, verbose).await?;
 
     if sink.stdout_closed && outcome.reason == Reason::Cancelled {
         // We stopped the job because our reader went away: exit as a process killed by
@@ -196,6 +199,7 @@ async fn run_inner(socket: &Path, args: RunArgs, verbose: bool) -> Result<i32, F
         print_json(&JsonRun {
             outcome: &outcome,
             packages: packages.as_ref(),
+            sandbox,
             exit_code: code,
             stdout: String::from_utf8_lossy(&sink.stdout).into_owned(),
             stderr: String::from_utf8_lossy(&sink.stderr).into_owned(),
@@ -221,6 +225,9 @@ async fn run_inner(socket: &Path, args: RunArgs, verbose: bool) -> Result<i32, F
                 }
             );
         }
+        if let Some(start) = sandbox {
+            eprintln!("viv: sandbox: {}", sandbox_line(start));
+        }
         eprint!("{}", verbose_report(&outcome));
     }
     Ok(code)
@@ -234,7 +241,7 @@ async fn drive(
     stdin: Option<Box<dyn AsyncRead + Unpin + Send>>,
     sink: &mut Sink,
     verbose: bool,
-) -> Result<(Outcome, Option<PackagesReport>), Failure> {
+) -> Result<(Outcome, Option<PackagesReport>, Option<SandboxStart>), Failure> {
     let mut sigint = signal(SignalKind::interrupt())
         .map_err(|e| Failure::Local(format!("cannot handle ctrl-c: {e}")))?;
     let mut handle = client.submit(job, stdin).await?;
@@ -270,9 +277,26 @@ async fn drive(
                 }
             }
             Some(JobEvent::Finished(outcome)) => {
-                return Ok((*outcome, handle.packages().cloned()));
+                return Ok((*outcome, handle.packages().cloned(), handle.sandbox()));
             }
             None => return Err(ClientError::Protocol("job ended without an outcome".into()).into()),
+        }
+    }
+}
+
+/// How the job's sandbox was made, for `-v`.
+fn sandbox_line(start: SandboxStart) -> String {
+    match start {
+        SandboxStart::Cold => "built for this job (cold start)".into(),
+        SandboxStart::Ready { sandbox_id } => {
+            format!("ready, built ahead by a cold start (sandbox {sandbox_id})")
+        }
+        SandboxStart::Forked {
+            sandbox_id,
+            ready: true,
+        } => format!("ready, forked ahead from the profile's zygote (sandbox {sandbox_id})"),
+        SandboxStart::Forked { sandbox_id, .. } => {
+            format!("forked for this job from the profile's zygote (sandbox {sandbox_id})")
         }
     }
 }
@@ -391,6 +415,7 @@ mod tests {
         let value = serde_json::to_value(JsonRun {
             outcome: &outcome,
             packages: None,
+            sandbox: Some(SandboxStart::Ready { sandbox_id: 7 }),
             exit_code: 0,
             stdout: "hi\n".into(),
             stderr: String::new(),
@@ -402,6 +427,7 @@ mod tests {
         assert_eq!(value["stdout"], "hi\n");
         assert_eq!(value["exit_code"], 0);
         assert_eq!(value["usage"]["wall_ms"], 0);
+        assert_eq!(value["sandbox"]["Ready"]["sandbox_id"], 7);
     }
 
     #[test]
