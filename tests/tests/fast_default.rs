@@ -76,6 +76,19 @@ async fn the_default_profile_serves_from_ready_sandboxes_isolated_like_cold_jobs
         "{}",
         daemon.log()
     );
+    // `viv run` with no profile, as the README's first command runs it.
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("hello.py");
+    std::fs::write(&script, format!("{MARK}print('hi')\n")).unwrap();
+    let out = daemon.viv(&["run", "-v", script.to_str().unwrap()], b"");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{}", describe_output(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "hi\n");
+    assert!(stderr.lines().any(|l| l == "WARM"), "{stderr}");
+    assert!(
+        stderr.contains("viv: sandbox: ready, built ahead by a cold start"),
+        "{stderr}"
+    );
     let first = daemon.run(&format!("{MARK}print('hi')\n")).await;
     assert!(ready(&first), "{:?}\n{}", first.sandbox, describe(&first));
     assert_eq!(
