@@ -13,7 +13,8 @@ PATH shim):
   viv-default  `viv run` of the same file with no --profile, against a second daemon
            serving the shipped profiles (profiles/): what a user's first command gets. Its
            profile's interpreter flags are its own (`-I -u`: site imported), so it is also
-           paired with `bare-default`, the bare interpreter with those flags
+           paired with `bare-default`, the bare interpreter with those flags (and each
+           further --viv gets such a row: `viv-default-2`, ...)
   library  the client library (client/examples/bench_client.rs): connect, submit
            `pass`, outcome; measured inside that process
   warm     the library with a warm profile: sandboxes built ahead by cold starts
@@ -29,7 +30,7 @@ Usage (as root, after `cargo build --release --workspace --lib --bins --examples
 zygote library being a lib target, then `cargo rustc --release -p vivarium-client --bin viv
 -- -C target-feature=+crt-static`: viv as dist/install.sh installs it, statically linked;
 or time another viv with --viv, e.g. one built for x86_64-unknown-linux-musl):
-  python3 bench/perf.py [--runs 200] [--seconds 10] [--viv PATH] [--write docs/PERFORMANCE.md]
+  python3 bench/perf.py [--runs 200] [--seconds 10] [--viv PATH]... [--write docs/PERFORMANCE.md]
 """
 import argparse
 import os
@@ -326,7 +327,9 @@ def main():
     ap.add_argument("--runs", type=int, default=200)
     ap.add_argument("--seconds", type=float, default=10.0, help="per throughput measurement")
     ap.add_argument("--target", default=os.path.join(ROOT, "target", "release"))
-    ap.add_argument("--viv", help="the viv to time (default: the one in --target)")
+    ap.add_argument("--viv", action="append", default=[],
+                    help="the viv to time (default: the one in --target); repeated, each further "
+                    "one gets a row of its own on the shipped default profile")
     ap.add_argument("--write", metavar="MD", help="also write the results as Markdown")
     ap.add_argument("--settle-ms", type=float, default=100.0,
                     help="pause after each latency launch (0: back to back)")
@@ -336,9 +339,9 @@ def main():
     ap.add_argument("--uv", default="/opt/vivarium/uv/bin/uv", help="the pinned uv (scripts/install-uv.sh)")
     args = ap.parse_args()
     daemon, viv = (os.path.join(args.target, b) for b in ("vivariumd", "viv"))
-    viv = args.viv or viv
+    viv, more_vivs = (args.viv or [viv])[0], args.viv[1:]
     lib_exe = os.path.join(args.target, "examples", "bench_client")
-    for b in (daemon, viv, lib_exe):
+    for b in (daemon, viv, *more_vivs, lib_exe):
         if not os.path.exists(b):
             sys.exit(f"{b} missing: run `cargo build --release --workspace --lib --bins --examples` first")
     if not os.path.exists(os.path.join(args.target, "libvivarium_zygote.so")):
@@ -403,6 +406,9 @@ def main():
              lambda: timed([viv, "--socket", shipped_sock, "run", script])),
             ("bare-default", f"bare with the shipped default's flags: {' '.join(bare_default)}",
              lambda: timed(bare_default)),
+            *((f"viv-default-{i}", f"the same with {v} ({linkage(v)}, {libc(v)})",
+               lambda v=v: timed([v, "--socket", shipped_sock, "run", script]))
+              for i, v in enumerate(more_vivs, 2)),
             ("library", "client library submit-to-outcome", lib),
             ("warm", "warm path, sandboxes built by cold starts (library)", warm),
             ("zygote", "warm path, sandboxes forked from a zygote (library)", zyg),
