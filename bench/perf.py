@@ -14,7 +14,9 @@ PATH shim):
            serving the shipped profiles (profiles/): what a user's first command gets. Its
            profile's interpreter flags are its own (`-I -u`: site imported), so it is also
            paired with `bare-default`, the bare interpreter with those flags (and each
-           further --viv gets such a row: `viv-default-2`, ...)
+           further --viv gets such a row: `viv-default-2`, ...); `--shipped-profile NAME`
+           runs these rows on another of the shipped profiles (`viv run --profile NAME`).
+           `library-default`: the library's job on the same profile, beside them
   library  the client library (client/examples/bench_client.rs): connect, submit
            `pass`, outcome; measured inside that process
   warm     the library with a warm profile: sandboxes built ahead by cold starts
@@ -330,6 +332,9 @@ def main():
     ap.add_argument("--viv", action="append", default=[],
                     help="the viv to time (default: the one in --target); repeated, each further "
                     "one gets a row of its own on the shipped default profile")
+    ap.add_argument("--shipped-profile", default="default",
+                    help="the shipped profile of the viv-default rows (default: default, with no "
+                    "--profile, as a user runs it)")
     ap.add_argument("--write", metavar="MD", help="also write the results as Markdown")
     ap.add_argument("--settle-ms", type=float, default=100.0,
                     help="pause after each latency launch (0: back to back)")
@@ -387,9 +392,13 @@ def main():
             daemon, os.path.join(tmp, "shipped"), os.path.join(ROOT, "profiles"),
             f"vivarium-bench-shipped-{os.getpid()}",
             f'max_concurrent_jobs = 16\nuv = "{args.uv}"\npackage_cache_dir = "{tmp}/shipped/cache"\n')
-        with open(os.path.join(ROOT, "profiles", "default.toml"), "rb") as f:
+        with open(os.path.join(ROOT, "profiles", f"{args.shipped_profile}.toml"), "rb") as f:
             shipped_python = tomllib.load(f)["python"]
         bare_default = [shipped_python["interpreter"], *shipped_python["args"], "-c", "pass"]
+        shipped_run = ["run"] + (["--profile", args.shipped_profile]
+                                 if args.shipped_profile != "default" else [])
+        shipped_label = (f"the shipped {args.shipped_profile} profile"
+                         + (" (no --profile)" if args.shipped_profile == "default" else ""))
         script = os.path.join(tmp, "pass.py")
         with open(script, "w") as f:
             f.write("pass\n")
@@ -397,18 +406,21 @@ def main():
         warm = Library(lib_exe, sock, "benchwarm")
         zyg = Library(lib_exe, sock, "benchzyg")
         zyg0 = Library(lib_exe, sock, "benchzyg0")
+        lib_default = Library(lib_exe, shipped_sock, args.shipped_profile)
         launchers = [
             ("bare", f"{PY} -I -S -c pass", lambda: timed([PY, *FLAGS, "-c", "pass"])),
             ("bwrap", "bwrap --unshare-all ... python3 -I -S -c pass", lambda: timed(bwrap_cmd("pass"))),
             ("viv", "viv run (CLI), sandboxed, -I -S", lambda: timed([viv, "--socket", sock, "run",
                                                                        "--profile", "bench", script])),
-            ("viv-default", "viv run (CLI), the shipped default profile (no --profile)",
-             lambda: timed([viv, "--socket", shipped_sock, "run", script])),
-            ("bare-default", f"bare with the shipped default's flags: {' '.join(bare_default)}",
+            ("viv-default", f"viv run (CLI), {shipped_label}",
+             lambda: timed([viv, "--socket", shipped_sock, *shipped_run, script])),
+            ("bare-default", f"bare with that profile's flags: {' '.join(bare_default)}",
              lambda: timed(bare_default)),
             *((f"viv-default-{i}", f"the same with {v} ({linkage(v)}, {libc(v)})",
-               lambda v=v: timed([v, "--socket", shipped_sock, "run", script]))
+               lambda v=v: timed([v, "--socket", shipped_sock, *shipped_run, script]))
               for i, v in enumerate(more_vivs, 2)),
+            ("library-default", f"client library, {shipped_label}: what viv adds is the difference",
+             lib_default),
             ("library", "client library submit-to-outcome", lib),
             ("warm", "warm path, sandboxes built by cold starts (library)", warm),
             ("zygote", "warm path, sandboxes forked from a zygote (library)", zyg),
@@ -445,7 +457,7 @@ def main():
             for name, _, f in launchers[k:] + launchers[:k]:
                 times[name].append(f())
                 time.sleep(args.settle_ms / 1000)
-        for l in (lib, warm, zyg, zyg0):
+        for l in (lib, warm, zyg, zyg0, lib_default):
             l.close()
         if numpy:
             np_cold.close()
@@ -485,7 +497,7 @@ def main():
     lines += [f"| {l} | {m:.2f} | {p90:.2f} | {p99:.2f} | {r:.2f}x | {pr:.2f}x |"
               for l, m, p90, p99, r, pr in rows]
     med = {name: statistics.median(times[name]) for name in times}
-    lines += ["", f"viv run on the shipped default profile against the bare interpreter with that "
+    lines += ["", f"viv run on {shipped_label} against the bare interpreter with that "
               f"profile's flags (`{' '.join(shipped_python['args'])}`): "
               f"{med['viv-default'] / med['bare-default']:.2f}x (ratio of medians), "
               f"{statistics.median(y / x for x, y in zip(times['bare-default'], times['viv-default'])):.2f}x "
