@@ -419,7 +419,8 @@ def main():
             *((f"viv-default-{i}", f"the same with {v} ({linkage(v)}, {libc(v)})",
                lambda v=v: timed([v, "--socket", shipped_sock, *shipped_run, script]))
               for i, v in enumerate(more_vivs, 2)),
-            ("library-default", f"client library, {shipped_label}: what viv adds is the difference",
+            ("library-default", f"client library, the shipped {args.shipped_profile} profile: what viv "
+             "adds is the difference",
              lib_default),
             ("library", "client library submit-to-outcome", lib),
             ("warm", "warm path, sandboxes built by cold starts (library)", warm),
