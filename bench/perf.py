@@ -10,6 +10,13 @@ PATH shim):
   bare     /usr/bin/python3 -I -S -c pass
   bwrap    Debian's bubblewrap: all namespaces, read-only /usr, /proc, /dev, /tmp, no caps
   viv      `viv run` of a file holding `pass` (the CLI process included), fully sandboxed
+  viv-default  `viv run` of the same file with no --profile, against a second daemon
+           serving the shipped profiles (profiles/): what a user's first command gets. Its
+           profile's interpreter flags are its own (`-I -u`: site imported), so it is also
+           paired with `bare-default`, the bare interpreter with those flags (and each
+           further --viv gets such a row: `viv-default-2`, ...); `--shipped-profile NAME`
+           runs these rows on another of the shipped profiles (`viv run --profile NAME`).
+           `library-default`: the library's job on the same profile, beside them
   library  the client library (client/examples/bench_client.rs): connect, submit
            `pass`, outcome; measured inside that process
   warm     the library with a warm profile: sandboxes built ahead by cold starts
@@ -23,8 +30,9 @@ zygote and its forked sandboxes, and of a small job forked from a zygote while i
 
 Usage (as root, after `cargo build --release --workspace --lib --bins --examples`, the
 zygote library being a lib target, then `cargo rustc --release -p vivarium-client --bin viv
--- -C target-feature=+crt-static`: viv as dist/install.sh installs it, statically linked):
-  python3 bench/perf.py [--runs 200] [--seconds 10] [--write docs/PERFORMANCE.md]
+-- -C target-feature=+crt-static`: viv as dist/install.sh installs it, statically linked;
+or time another viv with --viv, e.g. one built for x86_64-unknown-linux-musl):
+  python3 bench/perf.py [--runs 200] [--seconds 10] [--viv PATH]... [--write docs/PERFORMANCE.md]
 """
 import argparse
 import os
@@ -38,6 +46,7 @@ import sys
 import tempfile
 import threading
 import time
+import tomllib
 
 from common import loops, pct, start_daemon, timed
 
@@ -290,6 +299,13 @@ def linkage(exe):
         return "dynamic" if b"/ld-linux" in f.read(4096) else "static"
 
 
+def libc(exe):
+    """'glibc' or 'musl': which C library `exe` runs on (a static glibc carries its tunables'
+    names)."""
+    with open(exe, "rb") as f:
+        return "glibc" if b"glibc." in f.read() else "musl"
+
+
 def machine():
     cpu = "unknown cpu"
     with open("/proc/cpuinfo") as f:
@@ -313,6 +329,12 @@ def main():
     ap.add_argument("--runs", type=int, default=200)
     ap.add_argument("--seconds", type=float, default=10.0, help="per throughput measurement")
     ap.add_argument("--target", default=os.path.join(ROOT, "target", "release"))
+    ap.add_argument("--viv", action="append", default=[],
+                    help="the viv to time (default: the one in --target); repeated, each further "
+                    "one gets a row of its own on the shipped default profile")
+    ap.add_argument("--shipped-profile", default="default",
+                    help="the shipped profile of the viv-default rows (default: default, with no "
+                    "--profile, as a user runs it)")
     ap.add_argument("--write", metavar="MD", help="also write the results as Markdown")
     ap.add_argument("--settle-ms", type=float, default=100.0,
                     help="pause after each latency launch (0: back to back)")
@@ -322,8 +344,9 @@ def main():
     ap.add_argument("--uv", default="/opt/vivarium/uv/bin/uv", help="the pinned uv (scripts/install-uv.sh)")
     args = ap.parse_args()
     daemon, viv = (os.path.join(args.target, b) for b in ("vivariumd", "viv"))
+    viv, more_vivs = (args.viv or [viv])[0], args.viv[1:]
     lib_exe = os.path.join(args.target, "examples", "bench_client")
-    for b in (daemon, viv, lib_exe):
+    for b in (daemon, viv, *more_vivs, lib_exe):
         if not os.path.exists(b):
             sys.exit(f"{b} missing: run `cargo build --release --workspace --lib --bins --examples` first")
     if not os.path.exists(os.path.join(args.target, "libvivarium_zygote.so")):
@@ -335,7 +358,7 @@ def main():
         sys.exit("bwrap missing: apt-get install bubblewrap")
     tmp = tempfile.mkdtemp(prefix="vivarium-perf-")
     os.chmod(tmp, 0o755)  # the package cache inside must be reachable by the sandboxes' uids
-    d = None
+    d = shipped = None
     try:
         prof, text = bench_profiles(tmp)
         warm_profiles(prof, text, args.pool)
@@ -363,6 +386,19 @@ def main():
         d, sock = start_daemon(daemon, tmp, prof, f"vivarium-bench-{os.getpid()}",
                                f'max_concurrent_jobs = 16\nuv = "{args.uv}"\n'
                                f'package_cache_dir = "{tmp}/cache"\n')
+        # A second daemon with the shipped profiles, for `viv run` as a user gets it.
+        os.makedirs(os.path.join(tmp, "shipped"))
+        shipped, shipped_sock = start_daemon(
+            daemon, os.path.join(tmp, "shipped"), os.path.join(ROOT, "profiles"),
+            f"vivarium-bench-shipped-{os.getpid()}",
+            f'max_concurrent_jobs = 16\nuv = "{args.uv}"\npackage_cache_dir = "{tmp}/shipped/cache"\n')
+        with open(os.path.join(ROOT, "profiles", f"{args.shipped_profile}.toml"), "rb") as f:
+            shipped_python = tomllib.load(f)["python"]
+        bare_default = [shipped_python["interpreter"], *shipped_python["args"], "-c", "pass"]
+        shipped_run = ["run"] + (["--profile", args.shipped_profile]
+                                 if args.shipped_profile != "default" else [])
+        shipped_label = (f"the shipped {args.shipped_profile} profile"
+                         + (" (no --profile)" if args.shipped_profile == "default" else ""))
         script = os.path.join(tmp, "pass.py")
         with open(script, "w") as f:
             f.write("pass\n")
@@ -370,11 +406,22 @@ def main():
         warm = Library(lib_exe, sock, "benchwarm")
         zyg = Library(lib_exe, sock, "benchzyg")
         zyg0 = Library(lib_exe, sock, "benchzyg0")
+        lib_default = Library(lib_exe, shipped_sock, args.shipped_profile)
         launchers = [
             ("bare", f"{PY} -I -S -c pass", lambda: timed([PY, *FLAGS, "-c", "pass"])),
             ("bwrap", "bwrap --unshare-all ... python3 -I -S -c pass", lambda: timed(bwrap_cmd("pass"))),
             ("viv", "viv run (CLI), sandboxed, -I -S", lambda: timed([viv, "--socket", sock, "run",
                                                                        "--profile", "bench", script])),
+            ("viv-default", f"viv run (CLI), {shipped_label}",
+             lambda: timed([viv, "--socket", shipped_sock, *shipped_run, script])),
+            ("bare-default", f"bare with that profile's flags: {' '.join(bare_default)}",
+             lambda: timed(bare_default)),
+            *((f"viv-default-{i}", f"the same with {v} ({linkage(v)}, {libc(v)})",
+               lambda v=v: timed([v, "--socket", shipped_sock, *shipped_run, script]))
+              for i, v in enumerate(more_vivs, 2)),
+            ("library-default", f"client library, the shipped {args.shipped_profile} profile: what viv "
+             "adds is the difference",
+             lib_default),
             ("library", "client library submit-to-outcome", lib),
             ("warm", "warm path, sandboxes built by cold starts (library)", warm),
             ("zygote", "warm path, sandboxes forked from a zygote (library)", zyg),
@@ -411,7 +458,7 @@ def main():
             for name, _, f in launchers[k:] + launchers[:k]:
                 times[name].append(f())
                 time.sleep(args.settle_ms / 1000)
-        for l in (lib, warm, zyg, zyg0):
+        for l in (lib, warm, zyg, zyg0, lib_default):
             l.close()
         if numpy:
             np_cold.close()
@@ -437,18 +484,25 @@ def main():
         running = running_forked_uss(viv, sock, sp, "benchzyg0") if sp else None
         warm_uss, np_uss = idle_warm_uss(sp, pools) if sp else (None, None)
     finally:
-        if d is not None:
-            d.send_signal(signal.SIGTERM)
-            d.wait(timeout=10)
+        for p in (d, shipped):
+            if p is not None:
+                p.send_signal(signal.SIGTERM)
+                p.wait(timeout=10)
         shutil.rmtree(tmp, ignore_errors=True)
 
-    lines = [f"Machine: {machine()}; viv {linkage(viv)}ally linked",
+    lines = [f"Machine: {machine()}; viv {linkage(viv)}ally linked ({libc(viv)})",
              f"Latency: {args.runs} rounds, launchers interleaved in rotating order, "
              f"{args.settle_ms:g} ms of settling after each launch.", "",
              "| launcher | median ms | p90 ms | p99 ms | ratio of medians | median paired ratio |",
              "|---|---:|---:|---:|---:|---:|"]
     lines += [f"| {l} | {m:.2f} | {p90:.2f} | {p99:.2f} | {r:.2f}x | {pr:.2f}x |"
               for l, m, p90, p99, r, pr in rows]
+    med = {name: statistics.median(times[name]) for name in times}
+    lines += ["", f"viv run on {shipped_label} against the bare interpreter with that "
+              f"profile's flags (`{' '.join(shipped_python['args'])}`): "
+              f"{med['viv-default'] / med['bare-default']:.2f}x (ratio of medians), "
+              f"{statistics.median(y / x for x, y in zip(times['bare-default'], times['viv-default'])):.2f}x "
+              "(median paired); the table's ratios are to bare `-I -S`."]
     lines += ["", "numpy rows: `import numpy; print(numpy.arange(1000).sum())`, ratios to the bare "
               "numpy row; the other rows' ratios are to bare `-c pass`." if numpy else
               "numpy rows: skipped (--no-numpy).",
