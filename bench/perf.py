@@ -81,6 +81,7 @@ class Library:
         for p in packages:
             cmd += ["--package", p]
         self.p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.kinds = []
 
     def __call__(self):
         self.p.stdin.write("go\n")
@@ -88,7 +89,10 @@ class Library:
         line = self.p.stdout.readline()
         if not line:
             sys.exit("bench_client failed (see its stderr above)")
-        return float(line)
+        # "<ms> <where the sandbox came from>" (an older build's: "<ms>").
+        ms, *kind = line.split()
+        self.kinds.append(kind[0] if kind else "unknown")
+        return float(ms)
 
     def close(self):
         self.p.stdin.close()
@@ -110,13 +114,22 @@ def bare_throughput(clients, seconds):
 
 
 def library_throughput(exe, sock, profile, clients, seconds):
+    return library_throughput_ready(exe, sock, profile, clients, seconds)[0]
+
+
+def library_throughput_ready(exe, sock, profile, clients, seconds):
+    """Jobs per second, and the share of them that took a sandbox built ahead (None from a
+    build whose bench_client does not say)."""
     out = subprocess.run([exe, "--socket", sock, "--profile", profile, "--code", "pass",
                           "--expect", "", "--mode", "throughput", "--clients", str(clients),
                           "--seconds", str(seconds)], check=True, capture_output=True, text=True)
     fields = dict(kv.split("=") for kv in out.stdout.split())
     if int(fields["failed"]):
         sys.exit(f"library throughput: {fields['failed']} jobs failed")
-    return int(fields["jobs"]) / float(fields["seconds"])
+    rate = int(fields["jobs"]) / float(fields["seconds"])
+    # The share of jobs that took a sandbox built ahead (unknown from older builds).
+    ready = int(fields["ready"]) / max(1, int(fields["jobs"])) if "ready" in fields else None
+    return rate, ready
 
 
 def vm_hwm_kib(pid):
@@ -183,6 +196,9 @@ def bench_profiles(tmp):
     os.makedirs(prof)
     shutil.copytree(os.path.join(ROOT, "profiles", "seccomp"), os.path.join(prof, "seccomp"))
     text = open(os.path.join(ROOT, "profiles", "default.toml")).read()
+    # Without the default's fast path (its [warm] section, the file's last): `bench` is
+    # the cold path, and the warm rows add a [warm] of their own.
+    text = text.split("\n[warm]\n")[0] + "\n"
     text = text.replace('args = ["-I", "-u"]', 'args = ["-I", "-S"]')
     assert '"-S"' in text
     # No [packages]: the benchmark installs none, and older builds compared by ab.py may
@@ -476,7 +492,10 @@ def main():
         for clients in (1, 2, 8):
             tput.append((clients, bare_throughput(clients, args.seconds),
                          *(library_throughput(lib_exe, sock, p, clients, args.seconds)
-                           for p in ("bench", "benchwarm", "benchzyg"))))
+                           for p in ("bench", "benchwarm", "benchzyg")),
+                         *library_throughput_ready(lib_exe, shipped_sock, args.shipped_profile,
+                                                   clients, args.seconds)))
+        lib_default_ready = lib_default.kinds.count("ready") / max(1, len(lib_default.kinds))
         sp = spawner_pid(d.pid)
         mem = (vm_hwm_kib(d.pid), vm_hwm_kib(sp) if sp else 0)
         pools = args.pool * (2 if numpy else 1)
@@ -508,10 +527,18 @@ def main():
               "numpy rows: skipped (--no-numpy).",
               "", f"Throughput over {args.seconds:g} s per cell (jobs/s):", "",
               "| concurrent clients | bare `python3 -I -S -c pass` | sandboxed, cold | ratio "
-              "| warm, cold-built | ratio | warm, zygote | ratio |",
-              "|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    lines += [f"| {c} | {b:.1f} | {s:.1f} | {s / b:.2f}x | {w:.1f} | {w / b:.2f}x | {z:.1f} | {z / b:.2f}x |"
-              for c, b, s, w, z in tput]
+              f"| warm, cold-built | ratio | warm, zygote | ratio | {shipped_label} | ratio "
+              "| of its jobs from the pool |",
+              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    share = lambda r: "n/a" if r is None else f"{100 * r:.0f}%"
+    lines += [f"| {c} | {b:.1f} | {s:.1f} | {s / b:.2f}x | {w:.1f} | {w / b:.2f}x | {z:.1f} | {z / b:.2f}x "
+              f"| {dft:.1f} | {dft / b:.2f}x | {share(ready)} |"
+              for c, b, s, w, z, dft, ready in tput]
+    lines += ["", f"Of the library-default row's jobs, {share(lib_default_ready)} took a sandbox "
+              "built ahead (the daemon's Event::Sandbox); the viv-default rows run on the same "
+              "daemon in the same rounds. In the throughput column, the shipped profile's jobs "
+              "beyond its pool run cold: a refill is a whole cold build, done only while no job "
+              "waits."]
     mib = lambda k: f"{k / 1024:.1f} MiB" if k is not None else "not measured"
     zuss = zuss or {}
     lines += ["", f"Peak resident memory (VmHWM): daemon {mem[0] / 1024:.1f} MiB, "

@@ -2,10 +2,12 @@
 //!
 //! Two modes:
 //! - `latency`: reads one line per job on stdin, runs the job on a fresh connection and
-//!   writes its submit-to-outcome time in milliseconds on stdout (so the Python driver can
-//!   interleave library jobs with other launchers, pair by pair).
+//!   writes its submit-to-outcome time in milliseconds on stdout, then where its sandbox
+//!   came from (`cold`, `ready`, `forked`, or `unknown` from an older daemon), so the Python
+//!   driver can interleave library jobs with other launchers, pair by pair.
 //! - `throughput`: `--clients N` tasks, each on its own connection, run jobs back to back
-//!   for `--seconds S`; prints `jobs=<n> seconds=<s> failed=<n>`.
+//!   for `--seconds S`; prints `jobs=<n> seconds=<s> failed=<n> ready=<n> forked=<n>`
+//!   (`ready`: jobs that took a sandbox built ahead; `forked`: forked from a zygote).
 //!
 //! A job that does not end `ok` with the expected stdout counts as failed (and makes
 //! `latency` exit non-zero): a benchmark of failing jobs measures nothing.
@@ -15,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, ValueEnum};
-use vivarium_client::proto::Reason;
+use vivarium_client::proto::{Reason, SandboxStart};
 use vivarium_client::{Client, Job};
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -46,7 +48,17 @@ struct Args {
     packages: Vec<String>,
 }
 
-async fn one_job(args: &Args) -> Result<f64> {
+/// Where a job's sandbox came from, as the daemon said.
+fn kind(start: Option<SandboxStart>) -> &'static str {
+    match start {
+        Some(SandboxStart::Cold) => "cold",
+        Some(SandboxStart::Ready { .. }) => "ready",
+        Some(SandboxStart::Forked { .. }) => "forked",
+        None => "unknown",
+    }
+}
+
+async fn one_job(args: &Args) -> Result<(f64, &'static str)> {
     let mut job = Job::new(args.code.clone()).profile(args.profile.clone());
     for p in &args.packages {
         job = job.package(p.clone());
@@ -63,7 +75,7 @@ async fn one_job(args: &Args) -> Result<f64> {
             String::from_utf8_lossy(&done.stderr)
         );
     }
-    Ok(ms)
+    Ok((ms, kind(done.sandbox)))
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -74,8 +86,8 @@ async fn main() -> Result<()> {
             let stdin = std::io::stdin();
             for line in stdin.lock().lines() {
                 line.context("reading stdin")?;
-                let ms = one_job(&args).await?;
-                println!("{ms:.3}");
+                let (ms, kind) = one_job(&args).await?;
+                println!("{ms:.3} {kind}");
             }
         }
         Mode::Throughput => {
@@ -86,24 +98,30 @@ async fn main() -> Result<()> {
             for _ in 0..args.clients {
                 let args = args.clone();
                 tasks.push(tokio::spawn(async move {
-                    let (mut ok, mut failed) = (0u64, 0u64);
+                    let (mut ok, mut failed, mut ready, mut forked) = (0u64, 0u64, 0u64, 0u64);
                     while Instant::now() < deadline {
                         match one_job(&args).await {
-                            Ok(_) => ok += 1,
+                            Ok((_, kind)) => {
+                                ok += 1;
+                                ready += u64::from(kind == "ready");
+                                forked += u64::from(kind == "forked");
+                            }
                             Err(_) => failed += 1,
                         }
                     }
-                    (ok, failed)
+                    (ok, failed, ready, forked)
                 }));
             }
-            let (mut ok, mut failed) = (0, 0);
+            let (mut ok, mut failed, mut ready, mut forked) = (0, 0, 0, 0);
             for t in tasks {
-                let (o, f) = t.await?;
+                let (o, f, r, z) = t.await?;
                 ok += o;
                 failed += f;
+                ready += r;
+                forked += z;
             }
             let secs = start.elapsed().as_secs_f64();
-            println!("jobs={ok} seconds={secs:.3} failed={failed}");
+            println!("jobs={ok} seconds={secs:.3} failed={failed} ready={ready} forked={forked}");
         }
     }
     Ok(())
