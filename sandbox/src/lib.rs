@@ -91,6 +91,7 @@ pub mod step;
 pub mod sys;
 pub mod timens;
 pub mod zygote;
+pub mod zygote_init;
 
 use std::path::Path;
 pub use step::Step;
