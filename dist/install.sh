@@ -62,7 +62,8 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 # 1. The binaries: vivariumd (the daemon) and viv (the client), and the zygote library
-#    (profiles with `warm.zygote`; the daemon looks for it in ../lib/vivarium/).
+#    and its jobs' init program (profiles with `warm.zygote`; the daemon looks for both
+#    in ../lib/vivarium/).
 if [ "$build" = 1 ]; then
   cargo install --locked --root "$PREFIX" --path "$repo/daemon"
   build_static_viv
@@ -72,10 +73,11 @@ else
   install -D -m 0755 "$repo/target/release/vivariumd" "$PREFIX/bin/vivariumd"
   install -D -m 0755 "$repo/target/release/viv" "$PREFIX/bin/viv"
 fi
-if [ -f "$repo/target/release/libvivarium_zygote.so" ]; then
+if [ -f "$repo/target/release/libvivarium_zygote.so" ] && [ -f "$repo/target/release/vivarium-zygote-init" ]; then
   install -D -m 0644 "$repo/target/release/libvivarium_zygote.so" "$PREFIX/lib/vivarium/libvivarium_zygote.so"
+  install -D -m 0755 "$repo/target/release/vivarium-zygote-init" "$PREFIX/lib/vivarium/vivarium-zygote-init"
 else
-  echo "install.sh: no target/release/libvivarium_zygote.so: profiles with warm.zygote will start their sandboxes cold" >&2
+  echo "install.sh: no target/release/libvivarium_zygote.so or vivarium-zygote-init: profiles with warm.zygote will start their sandboxes cold" >&2
 fi
 
 # 2. The group whose members may connect (socket 0660 root:vivarium).

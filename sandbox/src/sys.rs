@@ -424,8 +424,8 @@ pub fn setns_pidfd(pidfd: BorrowedFd<'_>, flags: libc::c_int) -> io::Result<()> 
 
 /// Set close-on-exec on `fd` (`on`) or clear it.
 pub fn set_cloexec(fd: RawFd, on: bool) -> io::Result<()> {
-    // SAFETY: F_SETFD takes an int argument; no memory is involved.
     let flags = if on { libc::FD_CLOEXEC } else { 0 };
+    // SAFETY: F_SETFD takes an int argument; no memory is involved.
     if unsafe { libc::fcntl(fd, libc::F_SETFD, flags) } == -1 {
         return Err(io::Error::last_os_error());
     }
@@ -673,7 +673,7 @@ pub fn loopback_up() -> io::Result<()> {
     }
     // SAFETY: `sock` is an open socket; `req` is a valid, NUL-terminated ifreq that
     // outlives the call; SIOCGIFFLAGS writes only `ifr_ifru.ifru_flags` in it.
-    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) } == -1 {
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS as _, &mut req) } == -1 {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: the kernel just filled the flags member of the union (SIOCGIFFLAGS).
@@ -684,7 +684,7 @@ pub fn loopback_up() -> io::Result<()> {
         req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
     }
     // SAFETY: as above; SIOCSIFFLAGS only reads `req`.
-    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) } == -1 {
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS as _, &req) } == -1 {
         return Err(io::Error::last_os_error());
     }
     Ok(())

@@ -10,23 +10,26 @@
 //! Z1-Z4 of the crate's setup table):
 //!
 //! - Z1, the zygote (its request loop, [`serve`], in Rust: one call from its interpreter):
-//!   `unshare(CLONE_NEWPID)` then fork, so the child is pid 1 of a pid namespace of its
-//!   own; it sends the child's pidfd to the spawner. The child is the job's init, and
-//!   runs no Python:
-//! - Z2, init moves itself into the job's cgroup (writing `0` to the `tasks`/`cgroup.procs`
-//!   files the spawner opened: a single-threaded process moving itself is the cheap
-//!   attach), makes itself non-dumpable, unshares mount, network, IPC, UTS and cgroup
+//!   `unshare(CLONE_NEWPID)`, then `vfork` ([`sys::vfork_fork_exec`]): the child, pid 1
+//!   of the new pid namespace, shares the zygote's memory; it forks the payload (the
+//!   job's only copy of the zygote) and execs the init program ([`INIT_FD`]), so the
+//!   job's init costs no copy and the payload is its child. The zygote resumes at the
+//!   exec and sends init's pidfd to the spawner.
+//! - Z2, init ([`crate::zygote_init`]) moves itself into the job's cgroup, makes itself
+//!   non-dumpable, makes the job's time, mount, network, IPC, UTS and cgroup
 //!   namespaces, mounts the job's fresh tmpfs mounts, procfs and masks over the
-//!   zygote's and its own cgroup read-only at /sys/fs/cgroup, sets the hostname and
-//!   the rlimits; Z3, it forks the payload and stays as its reaper (the same code as
-//!   a cold job's init: `init::supervise`).
-//! - Z4, the payload (init's fork, the one copy that returns to the interpreter) unshares
-//!   a user namespace of its own, whose maps init writes (uid and gid 1000 to the ids
-//!   of the job's id slot in the zygote's namespace, `plan::ZYGOTE_JOB_IDS`: the
-//!   payload's host uid is its own, neither init's nor another job's), then the same
-//!   steps as a cold payload (P1-P7): setsid, stdio, every other fd closed, cwd,
-//!   capabilities and ids, no_new_privs, Landlock, seccomp. Then it returns to the
-//!   interpreter, which reads the job from stdin as a warm sandbox does.
+//!   zygote's and its own cgroup read-only at /sys/fs/cgroup, sets the hostname; Z3, it
+//!   maps the payload's user namespace and stays as its reaper (the same code as a cold
+//!   job's init: `init::supervise`).
+//! - Z4, the payload (the copy that returns to the interpreter) moves itself into the
+//!   job's cgroup, joins init's namespaces (`setns` on init's pidfd) once init has made
+//!   them, sets the rlimits, unshares a user namespace of its own, whose maps init
+//!   writes (uid and gid 1000 to the ids of the job's id slot in the zygote's
+//!   namespace, `plan::ZYGOTE_JOB_IDS`: the payload's host uid is its own, neither
+//!   init's nor another job's), then the same steps as a cold payload (P1-P7): setsid,
+//!   stdio, every other fd closed, cwd, capabilities and ids, no_new_privs, Landlock,
+//!   seccomp. Then it returns to the interpreter, which reads the job from stdin as a
+//!   warm sandbox does.
 //!
 //! [`serve`] is called through the zygote library (crate `vivarium-zygote`); it is here
 //! so that the job's setup is the same code as a cold job's.
