@@ -768,6 +768,66 @@ pub fn recv_with_up_to<const N: usize>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::fd::AsFd;
+
+    /// `vfork_fork_exec` in a test process: the grandchild (which only reports its parent
+    /// and exits: the harness has other threads) is the exec'd process's child, and the
+    /// caller gets that process's pid once it has exec'd.
+    #[test]
+    fn the_grandchild_of_vfork_fork_exec_is_the_exec_d_processs_child() {
+        use std::ffi::CString;
+        let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
+        let sleep = std::fs::File::open("/bin/sleep").unwrap();
+        let args: Vec<CString> = ["sleep", "30"].map(|a| CString::new(a).unwrap()).into();
+        let argv: Vec<*const libc::c_char> = (args.iter().map(|a| a.as_ptr()))
+            .chain(std::iter::once(std::ptr::null()))
+            .collect();
+        let envp = [std::ptr::null()];
+        let mask = block_all_signals().unwrap();
+        // SAFETY: the grandchild takes no lock (getppid, write, _exit); argv and envp
+        // are NULL-terminated and alive; every signal is blocked.
+        let forked = unsafe { vfork_fork_exec(sleep.as_fd(), &argv, &envp) };
+        match forked {
+            Ok(VforkForked::Grandchild) => {
+                let ppid = nix::unistd::getppid().as_raw();
+                let _ = nix::unistd::write(&w, &ppid.to_le_bytes());
+                exit_now(0)
+            }
+            Ok(VforkForked::Caller(pid)) => {
+                restore_mask(&mask).unwrap();
+                drop(w);
+                let mut buf = [0u8; 4];
+                assert_eq!(nix::unistd::read(&r, &mut buf), Ok(4));
+                assert_eq!(i32::from_le_bytes(buf), pid, "the grandchild's parent");
+                let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap();
+                assert!(exe.ends_with("sleep"), "{}", exe.display());
+                let pid = nix::unistd::Pid::from_raw(pid);
+                nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).unwrap();
+                let _ = nix::sys::wait::waitpid(pid, None);
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// A failed exec in the vfork child is the caller's error (with its errno), and the
+    /// child is reaped.
+    #[test]
+    fn a_failed_exec_in_vfork_fork_exec_is_the_callers_error() {
+        let not_exe = std::fs::File::open("/dev/null").unwrap();
+        let argv = [c"x".as_ptr(), std::ptr::null()];
+        let envp = [std::ptr::null()];
+        let mask = block_all_signals().unwrap();
+        // SAFETY: as above; the grandchild only exits.
+        let forked = unsafe { vfork_fork_exec(not_exe.as_fd(), &argv, &envp) };
+        match forked {
+            Ok(VforkForked::Grandchild) => exit_now(0),
+            Ok(VforkForked::Caller(pid)) => panic!("/dev/null ran as {pid}"),
+            Err(e) => {
+                restore_mask(&mask).unwrap();
+                assert_eq!(e.raw_os_error(), Some(libc::EACCES), "{e}");
+            }
+        }
+    }
 
     /// The child runs on the caller's memory, and the caller waits until it has exec'd
     /// or exited; its fd table is its own.
