@@ -262,6 +262,7 @@ pub enum VforkForked {
 }
 
 /// What the vfork child reads (and writes back on failure) in the caller's memory.
+#[cfg(target_arch = "x86_64")]
 #[repr(C)]
 struct ExecArgs {
     fd: i64,
@@ -392,6 +393,21 @@ pub unsafe fn vfork_fork_exec(
             Err(err)
         }
     }
+}
+
+/// [`vfork_fork_exec`] elsewhere than on x86_64: not written yet, so a zygote's requests
+/// fail (and its jobs start cold).
+///
+/// # Safety
+///
+/// As on x86_64.
+#[cfg(not(target_arch = "x86_64"))]
+pub unsafe fn vfork_fork_exec(
+    _exe: BorrowedFd<'_>,
+    _argv: &[*const libc::c_char],
+    _envp: &[*const libc::c_char],
+) -> io::Result<VforkForked> {
+    Err(io::Error::from_raw_os_error(libc::ENOSYS))
 }
 
 /// Block every signal, returning the previous mask (for [`restore_mask`]).
