@@ -260,7 +260,14 @@ fn fork_job(plan: &mut [u8], fds: Vec<OwnedFd>, in_payload: fn()) -> std::io::Re
     }
     let io = |e: SetupError| std::io::Error::other(e.to_string());
     // The plan for init: its length, then its bytes, all in the pipe before init exists.
+    // The write end does not block: a pipe the kernel made smaller than the plan (a user
+    // over `pipe-user-pages-soft` gets two pages) fails the request instead of hanging
+    // the zygote, which is the pipe's only reader until init exists.
     let (plan_r, plan_w) = pipe().map_err(io)?;
+    nix::fcntl::fcntl(
+        &plan_w,
+        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+    )?;
     let framed = 4 + plan.len();
     if framed > 1 << 16 {
         nix::fcntl::fcntl(&plan_w, nix::fcntl::FcntlArg::F_SETPIPE_SZ(framed as i32))?;
