@@ -16,7 +16,7 @@ for SECONDS each, with the machine's CPU time per job (from /proc/stat: every pr
 daemon, kernel threads and the benchmark's own clients included).
 
 Usage (as root; keep the "before" binaries somewhere first, e.g. by copying
-target/release/{vivariumd,viv,libvivarium_zygote.so} and target/release/examples/bench_client
+target/release/{vivariumd,viv,libvivarium_zygote.so,vivarium-zygote-init} and target/release/examples/bench_client
 to /tmp/before, same layout):
   python3 bench/ab.py --build before=/tmp/before --build after=target/release [--runs 200] [--bwrap]
       [--throughput 5 --rounds 3 --clients 2]

@@ -32,6 +32,21 @@ build_static_viv() {
     -C target-feature=+crt-static)
 }
 
+# The zygote jobs' init, exec'd once per forked job: static, and on musl where Rust has
+# that target, into target/release/vivarium-zygote-init. glibc's start-up probes the CPU
+# with CPUID, which traps on a VM: ~0.4 ms of every exec on the 2-core VM of
+# docs/PERFORMANCE.md ("One copy per zygote job"), ~0.05 ms with musl.
+build_zygote_init() {
+  if rustup target list --installed 2>/dev/null | grep -qx x86_64-unknown-linux-musl; then
+    (cd "$repo" && cargo build --locked --release --target x86_64-unknown-linux-musl \
+      -p vivarium-zygote --bin vivarium-zygote-init &&
+      install -m 0755 target/x86_64-unknown-linux-musl/release/vivarium-zygote-init target/release/)
+  else
+    (cd "$repo" && cargo rustc --locked --release -p vivarium-zygote --bin vivarium-zygote-init -- \
+      -C target-feature=+crt-static)
+  fi
+}
+
 if [ "$mode" = user ]; then
   # Per-user units: the daemon from ~/.cargo/bin, config in ~/.config/vivarium.
   [ "$build" = 1 ] && cargo install --locked --path "$repo/daemon"
@@ -62,20 +77,23 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 # 1. The binaries: vivariumd (the daemon) and viv (the client), and the zygote library
-#    (profiles with `warm.zygote`; the daemon looks for it in ../lib/vivarium/).
+#    and its jobs' init program (profiles with `warm.zygote`; the daemon looks for both
+#    in ../lib/vivarium/).
 if [ "$build" = 1 ]; then
   cargo install --locked --root "$PREFIX" --path "$repo/daemon"
   build_static_viv
   install -D -m 0755 "$repo/target/release/viv" "$PREFIX/bin/viv"
-  (cd "$repo" && cargo build --locked --release -p vivarium-zygote)
+  (cd "$repo" && cargo build --locked --release -p vivarium-zygote --lib)
+  build_zygote_init
 else
   install -D -m 0755 "$repo/target/release/vivariumd" "$PREFIX/bin/vivariumd"
   install -D -m 0755 "$repo/target/release/viv" "$PREFIX/bin/viv"
 fi
-if [ -f "$repo/target/release/libvivarium_zygote.so" ]; then
+if [ -f "$repo/target/release/libvivarium_zygote.so" ] && [ -f "$repo/target/release/vivarium-zygote-init" ]; then
   install -D -m 0644 "$repo/target/release/libvivarium_zygote.so" "$PREFIX/lib/vivarium/libvivarium_zygote.so"
+  install -D -m 0755 "$repo/target/release/vivarium-zygote-init" "$PREFIX/lib/vivarium/vivarium-zygote-init"
 else
-  echo "install.sh: no target/release/libvivarium_zygote.so: profiles with warm.zygote will start their sandboxes cold" >&2
+  echo "install.sh: no target/release/libvivarium_zygote.so or vivarium-zygote-init: profiles with warm.zygote will start their sandboxes cold" >&2
 fi
 
 # 2. The group whose members may connect (socket 0660 root:vivarium).

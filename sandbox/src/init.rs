@@ -389,6 +389,8 @@ pub(crate) fn supervise(
     for msg in crate::report::decode_all::<PayloadMsg>(&mut buf) {
         match msg {
             PayloadMsg::Landlock(s) => landlock = Some(s),
+            // (A zygote job's init takes this one before it supervises.)
+            PayloadMsg::UserNs { .. } => {}
             PayloadMsg::Failed(f) => {
                 send(status, &InitMsg::Failed(f));
                 let _ = waitpid(payload, None);

@@ -1,7 +1,7 @@
 //! vivarium-sandbox: what a Vivarium job's processes run, and the messages they exchange.
 //!
 //! The job sandbox: a pure plan ([`plan`], computed from a profile by `vivariumd`) executed
-//! in the job's processes ([`init`], or a zygote's [`zygote`]), one module per isolation
+//! in the job's processes ([`init`], or a zygote's [`zygote`] and [`zygote_init`]), one module per isolation
 //! layer ([`mount`], [`landlock`], [`caps`], [`rlimit`], [`timens`], [`cgroup`]; seccomp
 //! filters are compiled by `vivariumd` and installed by [`init`]), the raw syscalls
 //! ([`sys`]), the messages between the server, the spawner and a job's processes
@@ -70,10 +70,10 @@
 //!
 //! | # | step | where |
 //! | --- | --- | --- |
-//! | Z1 | the zygote: back to its own pid namespace, `unshare(CLONE_NEWPID)`, fork; the child's pidfd to the spawner | `zygote::fork_job` |
-//! | Z2 | the job's init: signals, into the job's cgroup, non-dumpable, mount/net/ipc/uts/cgroup namespaces, cgroup check, fds closed, time namespace, fresh mounts and masks, cgroup view (as I10), user namespace limits (as I11), `lo` (as I12), hostname, rlimits | `zygote::job_prepare` |
-//! | Z3 | fork the payload; init writes its maps, then supervises (as I14) | `zygote::job_prepare`, `init::supervise` |
-//! | Z4 | the payload: `unshare(CLONE_NEWUSER)` (its own ids, `plan::ZYGOTE_JOB_IDS`), then P1-P7 | `zygote::job_payload` |
+//! | Z1 | the zygote: back to its own pid namespace, `unshare(CLONE_NEWPID)`; the plan on a pipe for init, a socket pair for init and payload; every signal blocked, `vfork`: the child (pid 1 of the new namespace, on the zygote's memory) forks the payload, the one copy, and execs the init program (fd 5); the zygote resumes at that exec and sends init's pidfd to the spawner | `zygote::fork_job`, [`sys::vfork_fork_exec`] |
+//! | Z2 | the job's init (`vivarium-zygote-init`): signals, its fds, into the job's cgroup and checked, non-dumpable, its time namespace (entered), mount/net/ipc/uts/cgroup namespaces, `lo` (as I12), fresh mounts and masks, cgroup view (as I10), hostname; then "ready" to the payload | [`zygote_init`] |
+//! | Z3 | init writes the payload's maps once it has its user namespace, then supervises (as I14) | `zygote_init::run`, `init::supervise` |
+//! | Z4 | the payload: signals, every fd but the job's closed, into the job's cgroup and checked; on "ready" `setns` into init's namespaces (its pidfd: pid 1, its parent), rlimits, `unshare(CLONE_NEWUSER)` (its own ids, `plan::ZYGOTE_JOB_IDS`), its user namespace limits (as I11), then P1-P7 | `zygote::job_payload` |
 #![deny(unsafe_code)]
 
 pub mod caps;
@@ -91,6 +91,7 @@ pub mod step;
 pub mod sys;
 pub mod timens;
 pub mod zygote;
+pub mod zygote_init;
 
 use std::path::Path;
 pub use step::Step;

@@ -38,7 +38,9 @@ fn locked_flags(source: &Path) -> Result<MsFlags, SetupError> {
         (FsFlags::ST_NOEXEC, MsFlags::MS_NOEXEC),
         (FsFlags::ST_NOATIME, MsFlags::MS_NOATIME),
         (FsFlags::ST_NODIRATIME, MsFlags::MS_NODIRATIME),
-        (FsFlags::ST_RELATIME, MsFlags::MS_RELATIME),
+        // (ST_RELATIME, 0x1000 in the kernel's statfs flags: nix names it for glibc
+        // only, and the zygote jobs' init is also built for musl.)
+        (FsFlags::from_bits_retain(0x1000), MsFlags::MS_RELATIME),
     ] {
         if f.contains(have) {
             out |= keep;

@@ -9,6 +9,10 @@ use vivarium_proto::LandlockStatus;
 pub enum PayloadMsg {
     Landlock(LandlockStatus),
     Failed(Failure),
+    /// A zygote job's payload has unshared its user namespace: init writes its maps.
+    UserNs {
+        pid: i32,
+    },
 }
 
 /// Init -> spawner.

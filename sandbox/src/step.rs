@@ -217,7 +217,7 @@ steps! {
     Execve = "execve",
 
     // The zygote (`zygote`): a job's init, forked from the zygote, and its payload.
-    /// Fork a zygote job's payload from its init.
+    /// Fork a zygote job's payload.
     Fork = "fork",
     /// Decode the job's plan sent to the zygote.
     ZygotePlan = "zygote-plan",
@@ -235,6 +235,10 @@ steps! {
     UnshareUser = "unshare-user",
     /// Tell init that the payload's user namespace exists.
     Sync = "sync",
+    /// The payload joins the namespaces its init made (or init ended first).
+    JoinNamespaces = "join-namespaces",
+    /// A zygote job's init reads its plan (from the zygote, on a pipe).
+    InitPlan = "init-plan",
 }
 
 impl std::fmt::Display for Step {

@@ -252,6 +252,207 @@ pub unsafe fn vfork_run(
     }
 }
 
+/// What [`vfork_fork_exec`] returned in this process.
+pub enum VforkForked {
+    /// The caller, resumed: its vfork child (pid here) has exec'd `exe`.
+    Caller(libc::pid_t),
+    /// The vfork child's own fork, a copy of the caller's memory and the exec'd
+    /// process's child, returning here as the caller would.
+    Grandchild,
+}
+
+/// What the vfork child reads (and writes back on failure) in the caller's memory.
+#[cfg(target_arch = "x86_64")]
+#[repr(C)]
+struct ExecArgs {
+    fd: i64,
+    path: *const libc::c_char,
+    argv: *const *const libc::c_char,
+    envp: *const *const libc::c_char,
+    /// Set by the child on failure: 1, its fork failed (errno in the caller's TLS,
+    /// which the child shares); 2, its execveat failed, with `errno`.
+    failed: i32,
+    errno: i32,
+}
+
+/// `vfork(2)`, then in the vfork child glibc's `fork(3)` and `execveat(exe, "",
+/// AT_EMPTY_PATH)`: the exec'd process costs no copy of the caller's address space, and
+/// its one child, the grandchild, is the only copy, which returns here
+/// ([`VforkForked::Grandchild`]) on a copy of the caller's stack, so it goes on as the
+/// caller would after a fork. The caller resumes when its child has exec'd (or failed:
+/// then the child has exited, and the error says which step failed).
+///
+/// Written in assembly (x86_64): a `vfork` child runs on the caller's stack frame, so
+/// compiled code between the `vfork` and the exec could spill into slots the caller
+/// still uses (Rust cannot mark a function `returns_twice`). Here the child only calls
+/// `fork` (its frames go below the stack pointer, which `asm!` without `nostack` may
+/// use) and makes two syscalls, from registers and from `ExecArgs`, which is in the
+/// caller's frame. Both returns of the block look like a call's return to the compiler
+/// (`clobber_abi("C")`): in the caller with the child's pid, in the grandchild with 0.
+///
+/// # Safety
+///
+/// The caller must be single-threaded with every signal blocked (no handler may run in
+/// the child, which shares its memory); `argv` and `envp` must be NULL-terminated
+/// arrays of NUL-terminated strings that live across the call. The grandchild holds a
+/// copy of everything the caller owns (as after `fork`), and the exec'd process gets
+/// the caller's fds that are not close-on-exec.
+#[cfg(target_arch = "x86_64")]
+pub unsafe fn vfork_fork_exec(
+    exe: BorrowedFd<'_>,
+    argv: &[*const libc::c_char],
+    envp: &[*const libc::c_char],
+) -> io::Result<VforkForked> {
+    assert!(argv.last().is_some_and(|p| p.is_null()));
+    assert!(envp.last().is_some_and(|p| p.is_null()));
+    let mut args = ExecArgs {
+        fd: i64::from(exe.as_raw_fd()),
+        path: c"".as_ptr(),
+        argv: argv.as_ptr(),
+        envp: envp.as_ptr(),
+        failed: 0,
+        errno: 0,
+    };
+    let fork: unsafe extern "C" fn() -> libc::pid_t = libc::fork;
+    let ret: i64;
+    // SAFETY: see the function's doc. The child reads `args` (alive in this frame, which
+    // it never writes), calls `fork` with the stack aligned for a call, and ends in
+    // execveat or exit_group; the grandchild and the resumed caller both leave the block
+    // with the callee-saved registers as they entered it.
+    unsafe {
+        std::arch::asm!(
+            // clone(CLONE_VM | CLONE_VFORK | SIGCHLD, 0, ...): vfork(2).
+            "mov eax, 56",
+            "syscall",
+            "test rax, rax",
+            "jnz 2f",
+            // The vfork child, on the caller's memory: fork the grandchild.
+            "call r13",
+            "test eax, eax",
+            "jz 2f",
+            "js 3f",
+            // execveat(fd, "", argv, envp, AT_EMPTY_PATH)
+            "mov rdi, qword ptr [r12]",
+            "mov rsi, qword ptr [r12 + 8]",
+            "mov rdx, qword ptr [r12 + 16]",
+            "mov r10, qword ptr [r12 + 24]",
+            "mov r8d, 0x1000",
+            "mov eax, 322",
+            "syscall",
+            "neg eax",
+            "mov dword ptr [r12 + 36], eax",
+            "mov dword ptr [r12 + 32], 2",
+            "jmp 4f",
+            "3:",
+            "mov dword ptr [r12 + 32], 1",
+            "4:",
+            // exit_group(127)
+            "mov edi, 127",
+            "mov eax, 231",
+            "syscall",
+            "ud2",
+            "2:",
+            in("r12") &mut args as *mut ExecArgs,
+            in("r13") fork,
+            inout("rdi") (libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD) as u64 => _,
+            in("rsi") 0u64,
+            in("rdx") 0u64,
+            in("r10") 0u64,
+            in("r8") 0u64,
+            lateout("rax") ret,
+            clobber_abi("C"),
+        );
+    }
+    match ret {
+        0 => Ok(VforkForked::Grandchild),
+        r if r < 0 => Err(io::Error::from_raw_os_error(-r as i32)),
+        pid => {
+            let pid = pid as libc::pid_t;
+            // (Read through a volatile pointer: the child wrote it behind the compiler's
+            // back.)
+            // SAFETY: `args` is alive; the child, gone, no longer writes it.
+            let (failed, errno) = unsafe {
+                (
+                    std::ptr::read_volatile(&args.failed),
+                    std::ptr::read_volatile(&args.errno),
+                )
+            };
+            if failed == 0 {
+                return Ok(VforkForked::Caller(pid));
+            }
+            let err = match failed {
+                1 => io::Error::other(format!(
+                    "fork in the vfork child: {}",
+                    io::Error::last_os_error()
+                )),
+                _ => io::Error::from_raw_os_error(errno),
+            };
+            // The child has exited (a zombie until reaped, here); its grandchild, if
+            // any, died with the child's pid namespace or is reparented and killed.
+            let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
+            Err(err)
+        }
+    }
+}
+
+/// [`vfork_fork_exec`] elsewhere than on x86_64: not written yet, so a zygote's requests
+/// fail (and its jobs start cold).
+///
+/// # Safety
+///
+/// As on x86_64.
+#[cfg(not(target_arch = "x86_64"))]
+pub unsafe fn vfork_fork_exec(
+    _exe: BorrowedFd<'_>,
+    _argv: &[*const libc::c_char],
+    _envp: &[*const libc::c_char],
+) -> io::Result<VforkForked> {
+    Err(io::Error::from_raw_os_error(libc::ENOSYS))
+}
+
+/// Block every signal, returning the previous mask (for [`restore_mask`]).
+pub fn block_all_signals() -> io::Result<nix::sys::signal::SigSet> {
+    use nix::sys::signal::{sigprocmask, SigSet, SigmaskHow};
+    let mut old = SigSet::empty();
+    sigprocmask(
+        SigmaskHow::SIG_SETMASK,
+        Some(&SigSet::all()),
+        Some(&mut old),
+    )?;
+    Ok(old)
+}
+
+/// Set the signal mask back to `mask`.
+pub fn restore_mask(mask: &nix::sys::signal::SigSet) -> io::Result<()> {
+    use nix::sys::signal::{sigprocmask, SigmaskHow};
+    sigprocmask(SigmaskHow::SIG_SETMASK, Some(mask), None)?;
+    Ok(())
+}
+
+/// `setns(2)` into several of `pidfd`'s process's namespaces at once (linux 5.8).
+pub fn setns_pidfd(pidfd: BorrowedFd<'_>, flags: libc::c_int) -> io::Result<()> {
+    // SAFETY: setns takes an fd and an integer; no memory is involved.
+    if unsafe { libc::setns(pidfd.as_raw_fd(), flags) } == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Set close-on-exec on `fd` (`on`) or clear it.
+pub fn set_cloexec(fd: RawFd, on: bool) -> io::Result<()> {
+    let flags = if on { libc::FD_CLOEXEC } else { 0 };
+    // SAFETY: F_SETFD takes an int argument; no memory is involved.
+    if unsafe { libc::fcntl(fd, libc::F_SETFD, flags) } == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Set this process's name (`PR_SET_NAME`, its `comm`).
+pub fn set_name(name: &std::ffi::CStr) -> io::Result<()> {
+    prctl(libc::PR_SET_NAME, name.as_ptr() as libc::c_ulong)
+}
+
 /// `fork(2)` through glibc (its fork handlers run, and the child's thread descriptor
 /// gets its own tid, which a raw `clone` would leave at the parent's: `raise` in the
 /// child would signal the parent). `Ok(Some(child))` in the parent, `Ok(None)` in the
@@ -488,7 +689,7 @@ pub fn loopback_up() -> io::Result<()> {
     }
     // SAFETY: `sock` is an open socket; `req` is a valid, NUL-terminated ifreq that
     // outlives the call; SIOCGIFFLAGS writes only `ifr_ifru.ifru_flags` in it.
-    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) } == -1 {
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS as _, &mut req) } == -1 {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: the kernel just filled the flags member of the union (SIOCGIFFLAGS).
@@ -499,7 +700,7 @@ pub fn loopback_up() -> io::Result<()> {
         req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
     }
     // SAFETY: as above; SIOCSIFFLAGS only reads `req`.
-    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) } == -1 {
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS as _, &req) } == -1 {
         return Err(io::Error::last_os_error());
     }
     Ok(())
@@ -583,6 +784,66 @@ pub fn recv_with_up_to<const N: usize>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::fd::AsFd;
+
+    /// `vfork_fork_exec` in a test process: the grandchild (which only reports its parent
+    /// and exits: the harness has other threads) is the exec'd process's child, and the
+    /// caller gets that process's pid once it has exec'd.
+    #[test]
+    fn the_grandchild_of_vfork_fork_exec_is_the_exec_d_processs_child() {
+        use std::ffi::CString;
+        let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
+        let sleep = std::fs::File::open("/bin/sleep").unwrap();
+        let args: Vec<CString> = ["sleep", "30"].map(|a| CString::new(a).unwrap()).into();
+        let argv: Vec<*const libc::c_char> = (args.iter().map(|a| a.as_ptr()))
+            .chain(std::iter::once(std::ptr::null()))
+            .collect();
+        let envp = [std::ptr::null()];
+        let mask = block_all_signals().unwrap();
+        // SAFETY: the grandchild takes no lock (getppid, write, _exit); argv and envp
+        // are NULL-terminated and alive; every signal is blocked.
+        let forked = unsafe { vfork_fork_exec(sleep.as_fd(), &argv, &envp) };
+        match forked {
+            Ok(VforkForked::Grandchild) => {
+                let ppid = nix::unistd::getppid().as_raw();
+                let _ = nix::unistd::write(&w, &ppid.to_le_bytes());
+                exit_now(0)
+            }
+            Ok(VforkForked::Caller(pid)) => {
+                restore_mask(&mask).unwrap();
+                drop(w);
+                let mut buf = [0u8; 4];
+                assert_eq!(nix::unistd::read(&r, &mut buf), Ok(4));
+                assert_eq!(i32::from_le_bytes(buf), pid, "the grandchild's parent");
+                let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap();
+                assert!(exe.ends_with("sleep"), "{}", exe.display());
+                let pid = nix::unistd::Pid::from_raw(pid);
+                nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).unwrap();
+                let _ = nix::sys::wait::waitpid(pid, None);
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// A failed exec in the vfork child is the caller's error (with its errno), and the
+    /// child is reaped.
+    #[test]
+    fn a_failed_exec_in_vfork_fork_exec_is_the_callers_error() {
+        let not_exe = std::fs::File::open("/dev/null").unwrap();
+        let argv = [c"x".as_ptr(), std::ptr::null()];
+        let envp = [std::ptr::null()];
+        let mask = block_all_signals().unwrap();
+        // SAFETY: as above; the grandchild only exits.
+        let forked = unsafe { vfork_fork_exec(not_exe.as_fd(), &argv, &envp) };
+        match forked {
+            Ok(VforkForked::Grandchild) => exit_now(0),
+            Ok(VforkForked::Caller(pid)) => panic!("/dev/null ran as {pid}"),
+            Err(e) => {
+                restore_mask(&mask).unwrap();
+                assert_eq!(e.raw_os_error(), Some(libc::EACCES), "{e}");
+            }
+        }
+    }
 
     /// The child runs on the caller's memory, and the caller waits until it has exec'd
     /// or exited; its fd table is its own.

@@ -10,39 +10,40 @@
 //! Z1-Z4 of the crate's setup table):
 //!
 //! - Z1, the zygote (its request loop, [`serve`], in Rust: one call from its interpreter):
-//!   `unshare(CLONE_NEWPID)` then fork, so the child is pid 1 of a pid namespace of its
-//!   own; it sends the child's pidfd to the spawner. The child is the job's init, and
-//!   runs no Python:
-//! - Z2, init moves itself into the job's cgroup (writing `0` to the `tasks`/`cgroup.procs`
-//!   files the spawner opened: a single-threaded process moving itself is the cheap
-//!   attach), makes itself non-dumpable, unshares mount, network, IPC, UTS and cgroup
+//!   `unshare(CLONE_NEWPID)`, then `vfork` ([`sys::vfork_fork_exec`]): the child, pid 1
+//!   of the new pid namespace, shares the zygote's memory; it forks the payload (the
+//!   job's only copy of the zygote) and execs the init program ([`INIT_FD`]), so the
+//!   job's init costs no copy and the payload is its child. The zygote resumes at the
+//!   exec and sends init's pidfd to the spawner.
+//! - Z2, init ([`crate::zygote_init`]) moves itself into the job's cgroup, makes itself
+//!   non-dumpable, makes the job's time, mount, network, IPC, UTS and cgroup
 //!   namespaces, mounts the job's fresh tmpfs mounts, procfs and masks over the
-//!   zygote's and its own cgroup read-only at /sys/fs/cgroup, sets the hostname and
-//!   the rlimits; Z3, it forks the payload and stays as its reaper (the same code as
-//!   a cold job's init: `init::supervise`).
-//! - Z4, the payload (init's fork, the one copy that returns to the interpreter) unshares
-//!   a user namespace of its own, whose maps init writes (uid and gid 1000 to the ids
-//!   of the job's id slot in the zygote's namespace, `plan::ZYGOTE_JOB_IDS`: the
-//!   payload's host uid is its own, neither init's nor another job's), then the same
-//!   steps as a cold payload (P1-P7): setsid, stdio, every other fd closed, cwd,
-//!   capabilities and ids, no_new_privs, Landlock, seccomp. Then it returns to the
-//!   interpreter, which reads the job from stdin as a warm sandbox does.
+//!   zygote's and its own cgroup read-only at /sys/fs/cgroup, sets the hostname; Z3, it
+//!   maps the payload's user namespace and stays as its reaper (the same code as a cold
+//!   job's init: `init::supervise`).
+//! - Z4, the payload (the copy that returns to the interpreter) moves itself into the
+//!   job's cgroup, joins init's namespaces (`setns` on init's pidfd) once init has made
+//!   them, sets the rlimits, unshares a user namespace of its own, whose maps init
+//!   writes (uid and gid 1000 to the ids of the job's id slot in the zygote's
+//!   namespace, `plan::ZYGOTE_JOB_IDS`: the payload's host uid is its own, neither
+//!   init's nor another job's), then the same steps as a cold payload (P1-P7): setsid,
+//!   stdio, every other fd closed, cwd, capabilities and ids, no_new_privs, Landlock,
+//!   seccomp. Then it returns to the interpreter, which reads the job from stdin as a
+//!   warm sandbox does.
 //!
 //! [`serve`] is called through the zygote library (crate `vivarium-zygote`); it is here
 //! so that the job's setup is the same code as a cold job's.
 
 use crate::confine::{confine, Confine, OtherFds, Privileges};
-use crate::init::{supervise, Prepared};
-use crate::plan::{
-    JobPlan, MountStep, PlanKind, SANDBOX_GID, SANDBOX_UID, WARM_BOOTSTRAP, ZYGOTE_JOB_IDS,
-};
-use crate::report::{encode, Failure, InitMsg, PayloadMsg};
+use crate::init::Prepared;
+use crate::plan::{JobPlan, MountStep, PlanKind, WARM_BOOTSTRAP, ZYGOTE_JOB_IDS};
+use crate::report::{encode, Failure, PayloadMsg};
 use crate::sys;
-use crate::{mount, rlimit, SetupError, Step};
+use crate::{rlimit, SetupError, Step};
 use nix::sched::CloneFlags;
 use nix::sys::socket::MsgFlags;
 use nix::unistd::Pid;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::Mutex;
 
@@ -50,6 +51,9 @@ use std::sync::Mutex;
 pub const CTL_FD: i32 = 3;
 /// The zygote library, open for the interpreter to load (`/proc/self/fd/4`).
 pub const LIB_FD: i32 = 4;
+/// The init program of the zygote's jobs (`vivarium-zygote-init`, [`crate::zygote_init`]),
+/// open for the zygote to exec in each job's init.
+pub const INIT_FD: i32 = 5;
 
 /// The zygote's `-c` program: the warm bootstrap's functions, then the zygote's loop.
 pub const ZYGOTE_BOOTSTRAP: &str = concat!(
@@ -61,16 +65,16 @@ pub const ZYGOTE_BOOTSTRAP: &str = concat!(
 /// The file name of the zygote library (a `cdylib`), looked for next to the daemon's
 /// binary, then in `../lib/vivarium/`.
 pub const LIBRARY_NAME: &str = "libvivarium_zygote.so";
+/// The file name of the zygote jobs' init program, looked for as the library is.
+pub const INIT_NAME: &str = "vivarium-zygote-init";
 
-/// Where the zygote library is for a daemon whose binary is `exe`, if it is there.
-pub fn find_library(exe: &std::path::Path) -> Option<std::path::PathBuf> {
+/// Where the file `name` ([`LIBRARY_NAME`], [`INIT_NAME`]) is for a daemon whose binary
+/// is `exe`, if it is there.
+pub fn find_library(exe: &std::path::Path, name: &str) -> Option<std::path::PathBuf> {
     let dir = exe.parent()?;
-    [
-        dir.join(LIBRARY_NAME),
-        dir.join("../lib/vivarium").join(LIBRARY_NAME),
-    ]
-    .into_iter()
-    .find(|p| p.is_file())
+    [dir.join(name), dir.join("../lib/vivarium").join(name)]
+        .into_iter()
+        .find(|p| p.is_file())
 }
 
 /// The plan that starts the zygote for `warm`, a warm sandbox's plan: the same
@@ -108,26 +112,6 @@ pub fn zygote_plan(warm: &JobPlan, job_id: u64) -> JobPlan {
     plan
 }
 
-/// What init hands to itself and to the payload across the payload's fork.
-struct JobState {
-    plan: JobPlan,
-    prepared: Prepared,
-    status: std::fs::File,
-    stdio: [OwnedFd; 3],
-    /// payload -> init: "my user namespace exists" (one byte).
-    userns: (OwnedFd, OwnedFd),
-    /// init -> payload: "your maps are written" (one byte).
-    mapped: (OwnedFd, OwnedFd),
-    /// payload -> init: [`PayloadMsg`]s; EOF after the report.
-    exec: (OwnedFd, OwnedFd),
-}
-
-fn fail(status: &std::fs::File, e: &SetupError) -> ! {
-    let mut w = status;
-    let _ = w.write_all(&encode(&InitMsg::Failed(Failure::from(e))));
-    sys::exit_now(121)
-}
-
 fn pipe() -> Result<(OwnedFd, OwnedFd), SetupError> {
     nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| SetupError::errno(Step::Pipe, e))
 }
@@ -139,8 +123,8 @@ pub struct Hooks {
     pub before_fork: extern "C" fn(),
     /// `PyOS_AfterFork_Parent`, in the zygote.
     pub after_parent: extern "C" fn(),
-    /// Called first thing in each job's init, before its first allocation.
-    pub in_init: fn(),
+    /// Called first thing in each job's payload, before its first allocation.
+    pub in_payload: fn(),
 }
 
 /// How [`serve`] ended in this process.
@@ -167,6 +151,11 @@ const REQUEST_FDS: usize = 16;
 /// payload; an `Err` is the loop's own (poll or receive), the zygote's end.
 pub fn serve(ctl: BorrowedFd<'_>, buf: &mut [u8], hooks: &Hooks) -> std::io::Result<Served> {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    // Neither the control socket nor the init program goes into a job's init (the vfork
+    // child execs it with only the job's fds; the payload closes them).
+    for fd in [ctl.as_raw_fd(), INIT_FD] {
+        sys::set_cloexec(fd, true)?;
+    }
     let mut inits: Vec<(libc::pid_t, OwnedFd)> = Vec::new();
     loop {
         let mut fds: Vec<PollFd<'_>> = std::iter::once(ctl)
@@ -208,13 +197,10 @@ pub fn serve(ctl: BorrowedFd<'_>, buf: &mut [u8], hooks: &Hooks) -> std::io::Res
             Err(e) => return Err(e),
         };
         (hooks.before_fork)();
-        let forked = fork_job(&mut buf[..len], move || {
-            (hooks.in_init)();
-            fds
-        });
+        let forked = fork_job(&mut buf[..len], fds, hooks.in_payload);
         let init = match forked {
             Ok(Forked::Payload) => {
-                // The pidfds here are the zygote's numbers, closed in init long since.
+                // The pidfds here are the zygote's numbers, closed in the payload's setup.
                 std::mem::forget(inits);
                 return Ok(Served::Payload);
             }
@@ -254,44 +240,98 @@ enum Forked {
     Payload,
 }
 
-/// In the zygote, for each request: fork the job's init into a new pid namespace
-/// (step Z1). Returns the init's pid in the zygote, and returns in the payload once its
-/// setup is done; init's own copy never returns (steps Z2 and Z3: [`job_prepare`], the
-/// payload's fork, [`job_init`]). Init runs no Python: whatever the interpreter did in
-/// it wrote to pages it shares with the zygote, each first write a page copy.
+/// In the zygote, for each request (step Z1): the job's init, pid 1 of a new pid
+/// namespace, is a `vfork` child that forks the payload, the job's one copy of the
+/// zygote, and then execs the init program ([`INIT_FD`], [`crate::zygote_init`]), so
+/// init costs no copy and the payload is its child. Returns the init's pid in the
+/// zygote, and returns in the payload once its setup is done (step Z4,
+/// [`job_payload`]).
 ///
-/// `plan` is as for [`job_prepare`]; `in_init` is called first thing in init, before
-/// its first allocation, and returns the job's fds (as for [`job_prepare`]): the
-/// zygote library switches its arena on there, and owns the fds from then on (the
-/// zygote closes its own copies). An `Err` is the zygote's: no child exists.
-fn fork_job(plan: &mut [u8], in_init: impl FnOnce() -> Vec<OwnedFd>) -> std::io::Result<Forked> {
+/// `plan` goes to init on a pipe (and stays in the payload's copy of the buffer, which
+/// it clears); `fds` are the job's stdin, stdout, stderr, status pipe and cgroup files;
+/// `in_payload` is called first thing in the payload, before its first allocation (the
+/// zygote library switches its arena on there). An `Err` is the zygote's: no job runs.
+fn fork_job(plan: &mut [u8], fds: Vec<OwnedFd>, in_payload: fn()) -> std::io::Result<Forked> {
+    use std::ffi::CString;
+    if fds.len() < 5 {
+        return Err(std::io::Error::other(
+            "a request needs stdio, status and cgroup fds",
+        ));
+    }
+    let io = |e: SetupError| std::io::Error::other(e.to_string());
+    // The plan for init: its length, then its bytes, all in the pipe before init exists.
+    // The write end does not block: a pipe the kernel made smaller than the plan (a user
+    // over `pipe-user-pages-soft` gets two pages) fails the request instead of hanging
+    // the zygote, which is the pipe's only reader until init exists.
+    let (plan_r, plan_w) = pipe().map_err(io)?;
+    nix::fcntl::fcntl(
+        &plan_w,
+        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+    )?;
+    let framed = 4 + plan.len();
+    if framed > 1 << 16 {
+        nix::fcntl::fcntl(&plan_w, nix::fcntl::FcntlArg::F_SETPIPE_SZ(framed as i32))?;
+    }
+    let mut w = std::fs::File::from(plan_w);
+    w.write_all(&(plan.len() as u32).to_le_bytes())?;
+    w.write_all(plan)?;
+    drop(w);
+    // Init and payload talk on a stream of their own (`InitLink`).
+    let (link_init, link_payload) = nix::sys::socket::socketpair(
+        nix::sys::socket::AddressFamily::Unix,
+        nix::sys::socket::SockType::Stream,
+        None,
+        nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+    )?;
+    // Init's fds, open across its exec and named in its argv: the status pipe, the plan,
+    // its end of the link, the cgroup files. Every other fd of the zygote is
+    // close-on-exec (its control socket and the init program: `serve`; received fds
+    // and pipes: made so).
+    let status = &fds[3];
+    let init_fds: Vec<i32> = [
+        status.as_raw_fd(),
+        plan_r.as_raw_fd(),
+        link_init.as_raw_fd(),
+    ]
+    .into_iter()
+    .chain(fds[4..].iter().map(|f| f.as_raw_fd()))
+    .collect();
+    for &fd in &init_fds {
+        sys::set_cloexec(fd, false)?;
+    }
+    let args: Vec<CString> = std::iter::once(crate::zygote_init::ARGV0.to_owned())
+        .chain(init_fds.iter().map(|fd| fd.to_string()))
+        .map(|a| CString::new(a).expect("no NUL in numbers"))
+        .collect();
+    let argv: Vec<*const libc::c_char> = (args.iter().map(|a| a.as_ptr()))
+        .chain(std::iter::once(std::ptr::null()))
+        .collect();
+    let envp = [std::ptr::null()];
     new_pid_namespace()?;
-    // SAFETY: the zygote is single-threaded: its bootstrap keeps the preloads' thread
-    // pools at one and refuses to serve unless /proc/self/task lists one thread
-    // (zygote_bootstrap.py), and `serve` starts none.
+    let mask = sys::block_all_signals()?;
+    // SAFETY: INIT_FD is the init program, open for the zygote's life; `argv` and `envp`
+    // are NULL-terminated and outlive the call; every signal is blocked; the zygote is
+    // single-threaded: its bootstrap keeps the preloads' thread pools at one and refuses
+    // to serve unless /proc/self/task lists one thread (zygote_bootstrap.py), and
+    // `serve` starts none.
     #[allow(unsafe_code)]
-    let forked = unsafe { sys::fork() }?;
-    if let Some(init) = forked {
-        return Ok(Forked::Zygote(init));
-    }
-    // The job's init, pid 1 of the new pid namespace.
-    if sys::reset_sigchld_and_mask().is_err() {
-        sys::exit_now(122);
-    }
-    let state = job_prepare(plan, in_init());
-    // SAFETY: init is the zygote's fork, single-threaded like it.
-    #[allow(unsafe_code)]
-    let forked = unsafe { sys::fork() };
+    let forked = unsafe { sys::vfork_fork_exec(BorrowedFd::borrow_raw(INIT_FD), &argv, &envp) };
     match forked {
-        Ok(Some(payload)) => job_init(state, payload),
-        Ok(None) => {
-            job_payload(state);
+        Ok(sys::VforkForked::Grandchild) => {
+            drop((plan_r, link_init));
+            // (Not freed: the payload writes to as few of the zygote's pages as it can.)
+            std::mem::forget((args, argv, mask));
+            job_payload(plan, fds, link_payload, in_payload);
             Ok(Forked::Payload)
         }
-        Err(e) => fail(
-            &state.status,
-            &SetupError::io(Step::Fork, "payload".as_ref(), &e),
-        ),
+        Ok(sys::VforkForked::Caller(init)) => {
+            let _ = sys::restore_mask(&mask);
+            Ok(Forked::Zygote(init))
+        }
+        Err(e) => {
+            let _ = sys::restore_mask(&mask);
+            Err(e)
+        }
     }
 }
 
@@ -312,121 +352,10 @@ fn new_pid_namespace() -> std::io::Result<()> {
 /// The zygote's own pid namespace (for [`new_pid_namespace`]); closed in each child.
 static OWN_PID_NS: Mutex<Option<OwnedFd>> = Mutex::new(None);
 
-/// Step Z2, in the job's init (the zygote's fresh child). `plan`: the job's encoded plan,
-/// cleared once decoded (the buffer is the zygote's request buffer: nothing of the plan
-/// stays in memory the payload inherits). `fds`: the job's stdin, stdout and stderr,
-/// the status pipe's write end, then the cgroup files to write `0` to. On failure
-/// reports `Failed` on the status pipe and exits.
-fn job_prepare(plan: &mut [u8], fds: Vec<OwnedFd>) -> JobState {
-    std::panic::set_hook(Box::new(|_| sys::exit_now(123)));
-    // Nothing of the zygote's stays open in the job.
-    drop(OWN_PID_NS.lock().unwrap_or_else(|p| p.into_inner()).take());
-    let mut fds = fds.into_iter();
-    let (Some(stdin), Some(stdout), Some(stderr), Some(status)) =
-        (fds.next(), fds.next(), fds.next(), fds.next())
-    else {
-        sys::exit_now(122)
-    };
-    let status = std::fs::File::from(status);
-    let attach: Vec<OwnedFd> = fds.collect();
-    // Only the job's fds stay open (and 0-2, the zygote's /dev/null and the daemon's
-    // log, so that no new fd takes those numbers): nothing else the zygote holds, its
-    // control socket (fd 3) included.
-    let keep: Vec<u32> = [&stdin, &stdout, &stderr]
-        .into_iter()
-        .chain(&attach)
-        .map(|f| f.as_raw_fd())
-        .chain([status.as_raw_fd(), 0, 1, 2])
-        .map(|fd| fd as u32)
-        .collect();
-    // SAFETY: init is a fresh fork of the zygote and goes on with `keep` alone (the job's
-    // fds, its status pipe, 0-2): the zygote's objects for the others (its control
-    // socket, the library's fd) are never used in it.
-    #[allow(unsafe_code)]
-    let closed = unsafe { sys::close_all_except(&keep) };
-    if closed.is_err() {
-        fail(
-            &status,
-            &SetupError::Other {
-                step: Step::CloseRange,
-                detail: "cannot close the zygote's fds".into(),
-            },
-        );
-    }
-    let state = prepare(plan, &attach).and_then(|(plan, prepared)| {
-        Ok(JobState {
-            plan,
-            prepared,
-            status: status
-                .try_clone()
-                .map_err(|e| SetupError::io(Step::Dup, "status".as_ref(), &e))?,
-            stdio: [stdin, stdout, stderr],
-            userns: pipe()?,
-            mapped: pipe()?,
-            exec: pipe()?,
-        })
-    });
-    match state {
-        Ok(state) => state,
-        Err(e) => fail(&status, &e),
-    }
-}
-
-fn prepare(encoded: &mut [u8], attach: &[OwnedFd]) -> Result<(JobPlan, Prepared), SetupError> {
-    let plan: Option<JobPlan> = crate::ipc::decode(encoded);
-    encoded.fill(0);
-    let plan = plan.ok_or(SetupError::Other {
-        step: Step::ZygotePlan,
-        detail: "the job's plan does not decode".into(),
-    })?;
-    let prepared = Prepared::new(&plan).map_err(|e| SetupError::Other {
-        step: Step::Prepare,
-        detail: e.to_string(),
-    })?;
-    // The cgroup first, so that everything below is charged to the job; then check that
-    // every hierarchy the spawner opened now lists us in the job's cgroup (fail closed:
-    // a job never runs in the zygote's).
-    crate::init::attach_self(attach, &format!("job-{}", plan.job_id))?;
-    // The payload's host uid differs from ours, and we stay out of its reach anyway.
-    sys::set_dumpable(false).map_err(|e| SetupError::io(Step::Dumpable, "/".as_ref(), &e))?;
-    // A time namespace of its own, clocks near zero, for the payload this init forks
-    // (a fork, not a CLONE_VM child: it may enter another time namespace).
-    if plan.time_ns {
-        crate::timens::unshare_near_zero()
-            .map_err(|e| SetupError::io(Step::TimeNs, "/proc/self/timens_offsets".as_ref(), &e))?;
-    }
-    let flags = CloneFlags::CLONE_NEWNS
-        | CloneFlags::CLONE_NEWIPC
-        | CloneFlags::CLONE_NEWUTS
-        | CloneFlags::CLONE_NEWCGROUP
-        | CloneFlags::CLONE_NEWNET;
-    nix::sched::unshare(flags).map_err(|e| SetupError::errno(Step::Unshare, e))?;
-    // The job's private loopback, in the network namespace just made (ours: the zygote's
-    // user namespace owns it; the payload's own user namespace gets no say over it).
-    if plan.network.loopback() {
-        sys::loopback_up().map_err(|e| SetupError::io(Step::Loopback, "lo".as_ref(), &e))?;
-    }
-    // The job's fresh mounts belong to the ids its payload's uid and gid map to.
-    let ids = job_ids(&plan)?;
-    mount::populate_fresh(
-        &plan.mounts,
-        (ids, ids),
-        mount::FreshProc::Zygote,
-        &plan.layers,
-    )?;
-    // The job's own cgroup, read-only, in the cgroup namespace just made (rooted at the
-    // job's cgroup, which we joined first); on the zygote's empty mount points.
-    mount::cgroup_view(&plan.cgroup_view)?;
-    nix::unistd::sethostname(&plan.hostname)
-        .map_err(|e| SetupError::errno(Step::Sethostname, e))?;
-    rlimit::apply(&plan.rlimits)?;
-    Ok((plan, prepared))
-}
-
 /// The uid and gid, in the zygote's user namespace, that a job's own
 /// [`SANDBOX_UID`]/[`SANDBOX_GID`] map to: its id slot's (never the zygote's own 1000,
 /// which every job would share). Fails closed for a plan without a slot.
-fn job_ids(plan: &JobPlan) -> Result<u32, SetupError> {
+pub(crate) fn job_ids(plan: &JobPlan) -> Result<u32, SetupError> {
     (plan.kind.forked_slot())
         .and_then(|slot| ZYGOTE_JOB_IDS.checked_add(slot))
         .ok_or(SetupError::Other {
@@ -435,88 +364,86 @@ fn job_ids(plan: &JobPlan) -> Result<u32, SetupError> {
         })
 }
 
-/// Step Z3, in init once it has forked the payload (`payload`, pid 2): write
-/// the payload's maps, then supervise it like a cold job's init. Never returns.
-fn job_init(state: JobState, payload: i32) -> ! {
-    let JobState {
-        plan,
-        status,
-        stdio,
-        userns: (userns_r, userns_w),
-        mapped: (mapped_r, mapped_w),
-        exec: (exec_r, exec_w),
-        ..
-    } = state;
-    drop((stdio, userns_w, mapped_r, exec_w));
-    // (Checked in `prepare`, before the payload existed.)
-    let ids = job_ids(&plan).unwrap_or_else(|e| fail(&status, &e));
-    let payload = Pid::from_raw(payload);
-    let mut byte = [0u8; 1];
-    // EOF instead of the byte: the payload failed before its user namespace existed
-    // (its report is on the exec pipe).
-    if std::fs::File::from(userns_r).read(&mut byte).ok() == Some(1) {
-        let maps = || -> std::io::Result<()> {
-            std::fs::write(
-                format!("/proc/{payload}/uid_map"),
-                format!("{SANDBOX_UID} {ids} 1\n"),
-            )?;
-            std::fs::write(
-                format!("/proc/{payload}/gid_map"),
-                format!("{SANDBOX_GID} {ids} 1\n"),
-            )
-        };
-        if let Err(e) = maps() {
-            let _ = nix::sys::signal::kill(payload, nix::sys::signal::Signal::SIGKILL);
-            fail(&status, &SetupError::io(Step::UidMap, "/proc".as_ref(), &e));
-        }
-        let _ = std::fs::File::from(mapped_w).write_all(&[1]);
-    } else {
-        drop(mapped_w);
+/// Step Z4, in the payload (the vfork child's fork, pid 2 of the job's pid namespace,
+/// init's child). Returns when every layer is in place; on failure reports it to init
+/// on the link and exits.
+fn job_payload(plan: &mut [u8], fds: Vec<OwnedFd>, link: OwnedFd, in_payload: fn()) {
+    in_payload();
+    std::panic::set_hook(Box::new(|_| sys::exit_now(123)));
+    // SIGCHLD at its default action and no signal blocked, whatever the zygote's
+    // preloads left there (the job's processes inherit both).
+    if sys::reset_sigchld_and_mask().is_err() {
+        sys::exit_now(122);
     }
-    match supervise(payload, exec_r, &status, Pid::from_raw(-1)) {
-        Ok(()) => sys::exit_now(0),
-        Err(e) => fail(&status, &e),
-    }
-}
-
-/// Step Z4, in the payload (init's fork). Returns when every layer is in place; on
-/// failure reports it to init and exits.
-fn job_payload(state: JobState) {
-    let JobState {
-        plan,
-        prepared,
-        status,
-        stdio,
-        userns: (userns_r, userns_w),
-        mapped: (mapped_r, mapped_w),
-        exec: (exec_r, exec_w),
-    } = state;
-    drop((status, userns_r, mapped_w, exec_r));
-    match payload(&plan, &prepared, stdio, userns_w, mapped_r, &exec_w) {
-        Ok(()) => {}
-        Err(e) => {
-            let msg = encode(&PayloadMsg::Failed(Failure::from(&e)));
-            let _ = nix::unistd::write(&exec_w, &msg);
-            sys::exit_now(127);
-        }
+    // Nothing of the zygote's stays open in the job.
+    drop(OWN_PID_NS.lock().unwrap_or_else(|p| p.into_inner()).take());
+    let mut fds = fds.into_iter();
+    let (Some(stdin), Some(stdout), Some(stderr), Some(status)) =
+        (fds.next(), fds.next(), fds.next(), fds.next())
+    else {
+        sys::exit_now(122)
+    };
+    // (Init reports on the status pipe; the payload reports to init.)
+    drop(status);
+    let attach: Vec<OwnedFd> = fds.collect();
+    // Only the job's fds stay open (and 0-2, the zygote's /dev/null and the daemon's
+    // log, so that no new fd takes those numbers): nothing else the zygote holds, its
+    // control socket (fd 3) and the init program included.
+    let keep: Vec<u32> = [&stdin, &stdout, &stderr, &link]
+        .into_iter()
+        .chain(&attach)
+        .map(|f| f.as_raw_fd())
+        .chain([0, 1, 2])
+        .map(|fd| fd as u32)
+        .collect();
+    // SAFETY: the payload is a fresh fork of the zygote and goes on with `keep` alone:
+    // the zygote's objects for the others (its control socket, the pidfds of other
+    // inits, forgotten by `serve`) are never used in it.
+    #[allow(unsafe_code)]
+    let closed = unsafe { sys::close_all_except(&keep) };
+    let result = match closed {
+        Ok(()) => payload(plan, [stdin, stdout, stderr], attach, &link),
+        Err(e) => Err(SetupError::io(Step::CloseRange, "/".as_ref(), &e)),
+    };
+    if let Err(e) = result {
+        let msg = encode(&PayloadMsg::Failed(Failure::from(&e)));
+        let _ = nix::unistd::write(&link, &msg);
+        sys::exit_now(127);
     }
 }
 
+/// What the payload does with the zygote's capabilities before it drops them: the
+/// job's cgroup, init's namespaces, its rlimits, its own user namespace (mapped by
+/// init), then the cold payload's confinement.
 fn payload(
-    plan: &JobPlan,
-    prepared: &Prepared,
+    encoded: &mut [u8],
     stdio: [OwnedFd; 3],
-    userns_w: OwnedFd,
-    mapped_r: OwnedFd,
-    exec_w: &OwnedFd,
+    attach: Vec<OwnedFd>,
+    link: &OwnedFd,
 ) -> Result<(), SetupError> {
+    let (plan, prepared) = decode(encoded)?;
+    // The cgroup first, so that everything below is charged to the job; then check that
+    // every hierarchy the spawner opened now lists us in the job's cgroup (fail closed:
+    // a job never runs in the zygote's). Before the cgroup namespace, whose view would
+    // name the job's cgroup `/`.
+    crate::init::attach_self(&attach, &format!("job-{}", plan.job_id))?;
+    drop(attach);
+    // Init's namespaces, once it has made them and their mounts (`InitLink::Ready`).
+    let mut byte = [0u8; 1];
+    if nix::unistd::read(link, &mut byte) != Ok(1) {
+        return Err(SetupError::Other {
+            step: Step::JoinNamespaces,
+            detail: "the job's init ended before making its namespaces".into(),
+        });
+    }
+    join_init(&plan)?;
+    rlimit::apply(&plan.rlimits)?;
     nix::sched::unshare(CloneFlags::CLONE_NEWUSER)
         .map_err(|e| SetupError::errno(Step::UnshareUser, e))?;
-    std::fs::File::from(userns_w)
-        .write_all(&[1])
-        .map_err(|e| SetupError::io(Step::Sync, "pipe".as_ref(), &e))?;
-    let mut byte = [0u8; 1];
-    if std::fs::File::from(mapped_r).read(&mut byte).ok() != Some(1) {
+    let pid = nix::unistd::getpid().as_raw();
+    nix::unistd::write(link, &encode(&PayloadMsg::UserNs { pid }))
+        .map_err(|e| SetupError::errno(Step::Sync, e))?;
+    if nix::unistd::read(link, &mut byte) != Ok(1) {
         return Err(SetupError::Other {
             step: Step::UidMap,
             detail: "init did not map the payload's user namespace".into(),
@@ -526,7 +453,7 @@ fn payload(
     crate::init::set_user_ns_limits(false)?;
     // The confinement, the same steps as a cold payload's (`confine`: P1-P6), without
     // the execve: no execve will close the other fds, so they go now. The interpreter's
-    // own signal handlers (SIGINT's) stay; init reset SIGCHLD and the mask.
+    // own signal handlers (SIGINT's) stay.
     let confined = confine(Confine {
         stdio: [stdio[0].as_fd(), stdio[1].as_fd(), stdio[2].as_fd()],
         extra: &[],
@@ -538,10 +465,44 @@ fn payload(
         },
         landlock: Some((&plan.landlock, sys::landlock_abi())),
         filters: &prepared.filters,
-        report: exec_w,
+        report: link,
     });
     // `CloseNow` closed the stdio originals' numbers (their copies are on 0-2): never
     // close them again, whatever took those numbers since.
     std::mem::forget(stdio);
     confined
+}
+
+/// The payload joins init's mount, network, IPC, UTS and cgroup namespaces (and its
+/// time namespace, where the plan has one), all at once through a pidfd: init is its
+/// parent, pid 1 of its pid namespace. They belong to the zygote's user namespace, in
+/// which the payload still holds every capability.
+fn join_init(plan: &JobPlan) -> Result<(), SetupError> {
+    let err = |e: std::io::Error| SetupError::io(Step::JoinNamespaces, "pid 1".as_ref(), &e);
+    let init = sys::pidfd_open(1).map_err(err)?;
+    let mut flags = libc::CLONE_NEWNS
+        | libc::CLONE_NEWNET
+        | libc::CLONE_NEWIPC
+        | libc::CLONE_NEWUTS
+        | libc::CLONE_NEWCGROUP;
+    if plan.time_ns {
+        flags |= libc::CLONE_NEWTIME;
+    }
+    sys::setns_pidfd(init.as_fd(), flags).map_err(err)
+}
+
+/// The job's plan out of the request's bytes (cleared once decoded: nothing of the plan
+/// stays in memory the job's processes keep), with its exec data.
+pub(crate) fn decode(encoded: &mut [u8]) -> Result<(JobPlan, Prepared), SetupError> {
+    let plan: Option<JobPlan> = crate::ipc::decode(encoded);
+    encoded.fill(0);
+    let plan = plan.ok_or(SetupError::Other {
+        step: Step::ZygotePlan,
+        detail: "the job's plan does not decode".into(),
+    })?;
+    let prepared = Prepared::new(&plan).map_err(|e| SetupError::Other {
+        step: Step::Prepare,
+        detail: e.to_string(),
+    })?;
+    Ok((plan, prepared))
 }

@@ -12,6 +12,18 @@ pub struct Proc {
     pub comm: String,
 }
 
+impl Proc {
+    /// An interpreter: a job's payload, a cold-started sandbox, or a zygote.
+    pub fn is_python(&self) -> bool {
+        self.comm.starts_with("python")
+    }
+
+    /// A zygote-forked job's init (`vivarium-zygote-init`, which names itself so).
+    pub fn is_zygote_init(&self) -> bool {
+        self.comm == "vivarium-init"
+    }
+}
+
 /// What must be the same before and after a batch of jobs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Snapshot {

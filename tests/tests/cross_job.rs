@@ -198,18 +198,21 @@ async fn a_then_b(daemon: &Daemon, profile: &str) -> (Value, Value, Value) {
     let mut a = a_client.submit(&a_job, Some(a_stdin)).await.unwrap();
     let ready = until_ready(&mut a).await;
     assert_eq!(ready["ready"], true, "{ready}");
-    // A's payload: the only interpreter without an interpreter child (a zygote and a
-    // forked job's init are interpreters too, each with one).
+    // A's payload: the only interpreter without a child that is an interpreter or a
+    // forked job's init (a zygote is an interpreter too, with such children).
     let procs = daemon.job_processes();
-    let python = |p: &vivarium_e2e::Proc| p.comm.starts_with("python");
+    let parent = |p: &vivarium_e2e::Proc| p.is_python() || p.is_zygote_init();
     let ready_pids: Vec<_> = (procs.iter())
-        .filter(|p| python(p) && !procs.iter().any(|c| c.ppid == p.pid && python(c)))
+        .filter(|p| p.is_python() && !procs.iter().any(|c| c.ppid == p.pid && parent(c)))
         .collect();
     assert_eq!(ready_pids.len(), 1, "A's payload: {procs:?}");
     let a_host_pid = ready_pids[0].pid.to_string();
-    let forked = procs
-        .iter()
-        .any(|p| p.pid == ready_pids[0].ppid && python(p));
+    // Forked: its parent is a forked job's init, whose parent is the zygote.
+    let forked = procs.iter().any(|p| {
+        p.pid == ready_pids[0].ppid
+            && p.is_zygote_init()
+            && procs.iter().any(|z| z.pid == p.ppid && z.is_python())
+    });
     assert_eq!(
         forked,
         profile == "zygote",

@@ -17,8 +17,8 @@ async fn outcome(handle: &mut vivarium_e2e::JobHandle<'_>) -> vivarium_e2e::prot
     }
 }
 
-/// The zygote (an interpreter whose parent is not one), a forked job's init (its child)
-/// and the job's payload (the init's child), while one job runs.
+/// The zygote (an interpreter whose parent is not one), a forked job's init (its child,
+/// the init program) and the job's payload (the init's child), while one job runs.
 fn zygote_family(daemon: &Daemon) -> Option<(i32, i32, i32)> {
     let procs = daemon.job_processes();
     let payload = *payloads_in(&procs).first()?;
@@ -80,6 +80,71 @@ async fn a_forked_job_has_its_own_namespaces_cgroup_and_host_uid() {
     assert!(p_cg.contains("/job-") && !p_cg.contains("zygote"), "{p_cg}");
     let done = outcome(&mut handle).await;
     assert_eq!(done.reason, Reason::Ok, "{done:#?}");
+}
+
+/// Seen from the host while a job runs: the job's payload is the zygote's one copy and
+/// its init is not a copy at all. The zygote's address space maps the zygote library
+/// and so does the payload's (a copy of it); the init's maps neither that nor the
+/// interpreter, its program is the init program, and its address space is a fraction
+/// of the zygote's. The payload is the init's child: pid 1 is its parent inside.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_forked_jobs_init_is_not_a_copy_of_the_zygote() {
+    if !require_root() {
+        return;
+    }
+    let daemon = start(0, 300);
+    let first = daemon.run_job(&Job::new(WARM_MARK).profile("hot")).await;
+    assert!(ran_warm(&first), "{}", describe(&first));
+    let mut client = daemon.client().await;
+    let code = format!("{WARM_MARK}import os, sys, time\nprint(os.getppid(), os.getpid())\nsys.stdout.flush()\ntime.sleep(3)\n");
+    let job = Job::new(code).profile("hot");
+    let mut handle = client.submit(&job, None::<&[u8]>).await.expect("submit");
+    let family = wait_until(Duration::from_secs(10), || zygote_family(&daemon).is_some());
+    assert!(family, "no forked job seen: {:?}", daemon.job_processes());
+    let (zygote, init, payload) = zygote_family(&daemon).unwrap();
+    let maps = |pid: i32| std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let exe = |pid: i32| std::fs::read_link(format!("/proc/{pid}/exe")).unwrap();
+    let library = "libvivarium_zygote.so";
+    assert!(maps(zygote).contains(library), "{}", maps(zygote));
+    assert!(
+        maps(payload).contains(library),
+        "the payload is no copy of the zygote"
+    );
+    let init_maps = maps(init);
+    assert!(!init_maps.contains(library), "init is a copy: {init_maps}");
+    assert!(
+        !init_maps.contains("python"),
+        "init maps the interpreter: {init_maps}"
+    );
+    assert_eq!(exe(zygote), exe(payload));
+    let init_exe = exe(init);
+    assert!(
+        init_exe.ends_with("vivarium-zygote-init"),
+        "init runs {}",
+        init_exe.display()
+    );
+    let vm_size = |pid: i32| -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmSize:")).unwrap();
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    };
+    let (z_size, i_size) = (vm_size(zygote), vm_size(init));
+    assert!(i_size * 2 < z_size, "init {i_size} kB, zygote {z_size} kB");
+    // Inside: the payload is pid 2, its parent pid 1 (init).
+    let mut out = Vec::new();
+    let done = loop {
+        match handle.next_event().await.expect("events") {
+            Some(vivarium_e2e::JobEvent::Output(vivarium_e2e::Stream::Stdout, b)) => {
+                out.extend_from_slice(&b)
+            }
+            Some(vivarium_e2e::JobEvent::Finished(o)) => break *o,
+            Some(_) => {}
+            None => panic!("no outcome"),
+        }
+    };
+    assert_eq!(done.reason, Reason::Ok, "{done:#?}");
+    let out = String::from_utf8_lossy(&out);
+    assert_eq!(out.lines().nth(1), Some("1 2"), "{out}");
 }
 
 /// A zygote that dies (here: SIGKILL from the host) takes its running jobs with it, each
@@ -298,7 +363,7 @@ async fn a_zygote_that_does_not_answer_holds_up_no_other_job() {
 }
 
 /// Every forked job's payload, seen from the host (an interpreter whose parent, the job's
-/// init, is a child of an interpreter, the zygote).
+/// init, `vivarium-init`, is a child of an interpreter, the zygote).
 fn forked_payloads(daemon: &Daemon) -> Vec<i32> {
     payloads_in(&daemon.job_processes())
 }
@@ -306,10 +371,10 @@ fn forked_payloads(daemon: &Daemon) -> Vec<i32> {
 /// [`forked_payloads`] among `procs` (one snapshot of the daemon's processes).
 fn payloads_in(procs: &[vivarium_e2e::Proc]) -> Vec<i32> {
     let python = |pid: i32| is_python(procs, pid);
-    let parent = |pid: i32| procs.iter().find(|q| q.pid == pid).map(|q| q.ppid);
+    let find = |pid: i32| procs.iter().find(|q| q.pid == pid);
     (procs.iter())
-        .filter(|p| p.comm.starts_with("python") && python(p.ppid))
-        .filter(|p| parent(p.ppid).is_some_and(python))
+        .filter(|p| p.is_python())
+        .filter(|p| find(p.ppid).is_some_and(|init| init.is_zygote_init() && python(init.ppid)))
         .map(|p| p.pid)
         .collect()
 }

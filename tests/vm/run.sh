@@ -85,7 +85,7 @@ rm -rf "$payload" "$results"
 mkdir -p "$payload/target/release" "$payload/target/vm-tests" "$payload/tests" "$results"
 cp -r "$repo/dist" "$repo/profiles" "$payload/"
 cp -r "$here" "$payload/tests/vm"
-cp "$target/release/vivariumd" "$target/release/viv" "$target/release/libvivarium_zygote.so" "$payload/target/release/"
+cp "$target/release/vivariumd" "$target/release/viv" "$target/release/libvivarium_zygote.so" "$target/release/vivarium-zygote-init" "$payload/target/release/"
 cp "$test_bin" "$payload/target/vm-tests/sandbox-lib"
 
 serial="$WORK/serial.log"

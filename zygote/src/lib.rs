@@ -40,9 +40,10 @@ pub unsafe extern "C" fn vivarium_zygote_serve(
     let hooks = Hooks {
         before_fork,
         after_parent,
-        // Before init's first allocation: the rest of the job's Rust code allocates in
-        // pages of its own rather than in the heap it shares with the zygote.
-        in_init: arena::start,
+        // Before the payload's first allocation: the rest of the job's Rust code
+        // allocates in pages of its own rather than in the heap it shares with the
+        // zygote.
+        in_payload: arena::start,
     };
     match zygote::serve(ctl, buf, &hooks) {
         Ok(Served::SpawnerGone) => 0,

@@ -73,8 +73,9 @@ pub(super) enum Route {
 }
 
 pub(super) struct Zygotes {
-    /// The zygote library; `None`: not installed, every warm plan starts cold.
-    library: Option<PathBuf>,
+    /// The zygote library and its jobs' init program; `None`: not installed, every warm
+    /// plan starts cold.
+    library: Option<(PathBuf, PathBuf)>,
     pub(super) list: Vec<Zygote>,
     failed: HashMap<u64, Instant>,
     next_id: u64,
@@ -82,15 +83,18 @@ pub(super) struct Zygotes {
 
 impl Zygotes {
     pub(super) fn new() -> Self {
-        let library = std::env::current_exe()
-            .ok()
-            .and_then(|exe| zy::find_library(&exe));
-        if library.is_none() {
-            super::log::log_warn!(
-                "{} not found next to the daemon's binary: warm profiles with zygote = true start their sandboxes cold",
-                zy::LIBRARY_NAME
-            );
-        }
+        let exe = std::env::current_exe().ok();
+        let found = |name| exe.as_ref().and_then(|exe| zy::find_library(exe, name));
+        let library = match (found(zy::LIBRARY_NAME), found(zy::INIT_NAME)) {
+            (Some(library), Some(init)) => Some((library, init)),
+            (library, _) => {
+                super::log::log_warn!(
+                    "{} not found next to the daemon's binary: warm profiles with zygote = true start their sandboxes cold",
+                    if library.is_none() { zy::LIBRARY_NAME } else { zy::INIT_NAME }
+                );
+                None
+            }
+        };
         Zygotes {
             library,
             list: Vec::new(),
@@ -250,12 +254,14 @@ impl Spawner {
             detail: e.to_string(),
             errno: e.raw_os_error().unwrap_or(0),
         };
-        let library = self
+        let (library, init) = self
             .zygotes
             .library
             .as_ref()
             .expect("checked by the caller");
         let lib = std::fs::File::open(library).map_err(|e| os("zygote-library", e))?;
+        // (Opened for exec: the zygote execs it in each job's init, by fd.)
+        let init = std::fs::File::open(init).map_err(|e| os("zygote-init", e))?;
         let (ours, theirs) = socketpair(
             AddressFamily::Unix,
             SockType::SeqPacket,
@@ -286,7 +292,7 @@ impl Spawner {
         let mut job = self.build_job(
             zplan,
             [code, stdin.into(), stdout.into(), stderr],
-            vec![theirs, lib.into()],
+            vec![theirs, lib.into(), init.into()],
         )?;
         job.internal = true;
         self.jobs.push(job);

@@ -36,16 +36,16 @@ fn ran_warm(done: &Collected) -> bool {
     String::from_utf8_lossy(&done.stdout).lines().next() == Some(EXPECTED_MARK)
 }
 
-/// Interpreters of the daemon's jobs, sandboxes waiting included. A zygote and each
-/// forked sandbox's init are interpreters too, but not sandboxes: only interpreters
-/// without an interpreter child count (a forked sandbox's payload, or a cold-started
-/// one).
+/// Interpreters of the daemon's jobs, sandboxes waiting included. A zygote is an
+/// interpreter too, but not a sandbox: only interpreters without a child that is an
+/// interpreter or a forked job's init count (a forked sandbox's payload, or a
+/// cold-started one).
 fn pythons(daemon: &Daemon) -> usize {
     let procs = daemon.job_processes();
-    let python = |p: &vivarium_e2e::Proc| p.comm.starts_with("python");
+    let parent = |p: &vivarium_e2e::Proc| p.is_python() || p.is_zygote_init();
     procs
         .iter()
-        .filter(|p| python(p) && !procs.iter().any(|c| c.ppid == p.pid && python(c)))
+        .filter(|p| p.is_python() && !procs.iter().any(|c| c.ppid == p.pid && parent(c)))
         .count()
 }
 
