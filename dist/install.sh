@@ -23,13 +23,23 @@ for arg in "$@"; do
   esac
 done
 
-# viv, statically linked (static-pie): it starts in ~1 ms, against ~1.6 ms for the
-# dynamically linked build (loader, three shared libraries); every `viv run` pays it.
-# `cargo rustc` applies the flag to the final binary only (build scripts and proc macros
-# cannot be static). viv uses no NSS lookups, the usual catch of a static glibc.
+# viv, statically linked, into target/release/viv: every `viv run` pays its start. On
+# musl where Rust has that target (`rustup target add x86_64-unknown-linux-musl`): glibc's
+# start-up probes the CPU with CPUID, which traps on a VM, and a static glibc viv takes
+# ~0.77 ms of CPU per `viv run` on the 2-core VM of docs/PERFORMANCE.md against ~0.46 ms
+# on musl ("What viv adds over the library"). Else a static-pie glibc build (`cargo
+# rustc` applies the flag to the final binary only: build scripts and proc macros cannot
+# be static; viv uses no NSS lookups, the usual catch of a static glibc), ~0.5 ms
+# cheaper than the dynamically linked one.
 build_static_viv() {
-  (cd "$repo" && cargo rustc --locked --release -p vivarium-client --bin viv -- \
-    -C target-feature=+crt-static)
+  if rustup target list --installed 2>/dev/null | grep -qx x86_64-unknown-linux-musl; then
+    (cd "$repo" && cargo build --locked --release --target x86_64-unknown-linux-musl \
+      -p vivarium-client --bin viv &&
+      install -m 0755 target/x86_64-unknown-linux-musl/release/viv target/release/)
+  else
+    (cd "$repo" && cargo rustc --locked --release -p vivarium-client --bin viv -- \
+      -C target-feature=+crt-static)
+  fi
 }
 
 # The zygote jobs' init, exec'd once per forked job: static, and on musl where Rust has
