@@ -116,6 +116,9 @@ pub async fn run(
         } else {
             None
         };
+        // Held until the outcome is sent: the pool the sandbox came from refills after.
+        let mut warm = warm;
+        let _taker = warm.as_mut().and_then(|w| w.taker.take());
         // The install phase, holding the job's slot: its own sandbox, before the run.
         let env = if let Some(report) = warm.as_ref().and_then(|w| w.packages_report()) {
             send(&sock, &Event::Packages(report)).await;
@@ -140,7 +143,6 @@ pub async fn run(
         let result = execute(&daemon, &sock, job_id, &req, stdin, &cancel, permit, env_dir.as_deref(), warm).await;
         drop(env);
         over.store(true, Ordering::SeqCst);
-        daemon.warm.nudge();
         match result {
             Ok(outcome) => {
                 tracing::info!(reason = ?outcome.reason, exit = ?outcome.exit, wall_ms = outcome.usage.wall_ms, "job finished");
@@ -152,6 +154,9 @@ pub async fn run(
                 send_error(&sock, ErrorCode::Internal, msg).await;
             }
         }
+        // The job is over for its client: a pool may refill now (a build started before
+        // the outcome went out would compete with sending it).
+        daemon.warm.nudge();
     }
     .instrument(span)
     .await
