@@ -65,6 +65,8 @@ def main():
     ap.add_argument("--shipped", action="store_true",
                     help="also time each build's shipped default profile (viv run and the library)")
     ap.add_argument("--viv", help="the viv binary of every build's viv rows (default: the build's)")
+    ap.add_argument("--shipped-only", action="store_true",
+                    help="with --shipped: only bare and the shipped default's rows")
     ap.add_argument("--settle-ms", type=float, default=0, help="sleep after each launch")
     args = ap.parse_args()
     launchers = [("bare", lambda: timed([PY, *FLAGS, "-c", "pass"]))]
@@ -92,11 +94,13 @@ def main():
             with open(script, "w") as f:
                 f.write("pass\n")
             viv = args.viv or os.path.join(target, "viv")
-            launchers.append((f"viv {name}", lambda viv=viv, sock=sock, script=script: timed(
-                [viv, "--socket", sock, "run", "--profile", "bench", script])))
+            if not args.shipped_only:
+                launchers.append((f"viv {name}", lambda viv=viv, sock=sock, script=script: timed(
+                    [viv, "--socket", sock, "run", "--profile", "bench", script])))
             # Per job, one after another: a cold start, a warm sandbox built cold ahead
             # (`benchwarm`, a pool of 4) and one forked from a zygote ahead (`benchzyg`).
-            for profile, label in (("bench", "library"), ("benchwarm", "warm"), ("benchzyg", "zygote")):
+            for profile, label in () if args.shipped_only else (
+                    ("bench", "library"), ("benchwarm", "warm"), ("benchzyg", "zygote")):
                 lib = Library(os.path.join(target, "examples", "bench_client"), sock, profile)
                 libs.append(lib)
                 launchers.append((f"{label} {name}", lib))

@@ -108,13 +108,13 @@ def main():
                 break
             if comm == "bench_client":
                 who = "client"
-            elif comm.startswith("tokio") or comm == "vivariumd":
+            elif comm.startswith("tokio") or pid == daemon.pid:
                 who = "server"
             elif pid == spawner:
                 who = "spawner"
             elif comm == "python3":
                 who = "python" if pid in exited and pid not in spawned_py else "build-py"
-            elif comm == "viv" or comm.startswith("vivarium"):
+            elif comm == "viv" or comm.startswith("vivarium") or comm.startswith("memfd:"):
                 who = "build" if pid in mounting else "init"
             else:
                 continue

@@ -276,18 +276,14 @@ async fn execute(
     warm: Option<super::warm::WarmSandbox>,
 ) -> Result<vivarium_proto::Outcome, JobError> {
     let active = &req.active;
-    // A warm sandbox has its own id (it was built before this job came).
-    let started_id = warm.as_ref().map_or(job_id, |w| w.job_id);
-    send(
-        sock,
-        &Event::Started {
-            job_id: started_id,
-            profile: req.profile.clone(),
-        },
-    )
-    .await;
+    // `Started` (with a warm sandbox's own id: it was built before this job came), and
+    // from protocol 5 how the sandbox was made.
+    let mut started = vec![Event::Started {
+        job_id: warm.as_ref().map_or(job_id, |w| w.job_id),
+        profile: req.profile.clone(),
+    }];
     if req.sandbox_event {
-        let start = match &warm {
+        started.push(Event::Sandbox(match &warm {
             None => SandboxStart::Cold,
             Some(w) if w.forked => SandboxStart::Forked {
                 sandbox_id: w.job_id,
@@ -296,8 +292,7 @@ async fn execute(
             Some(w) => SandboxStart::Ready {
                 sandbox_id: w.job_id,
             },
-        };
-        send(sock, &Event::Sandbox(start)).await;
+        }));
     }
     // A warm sandbox's environment stays in use (not evictable) until the job is over.
     let mut _warm_env = None;
@@ -310,13 +305,29 @@ async fn execute(
                 .spawner
                 .arm(w.job_id, req.limits.wall_ms, req.limits.cpu_ms)
                 .await;
-            let header = plan::warm_header(&req.args, &req.code);
+            // The header (and code) goes into the interpreter's empty stdin pipe here,
+            // as much as fits without blocking (the rest is the stdin task's), not from
+            // the stdin task: that task starts on another worker thread, a wake-up later.
+            // The events follow: the job starts before the client reads them (its output
+            // cannot overtake them: the pumps start below).
+            let mut header = plan::warm_header(&req.args, &req.code);
+            let written =
+                nix::fcntl::fcntl(&w.stdin, nix::fcntl::FcntlArg::F_SETFL(OFlag::O_NONBLOCK))
+                    .and_then(|_| nix::unistd::write(&w.stdin, &header))
+                    .unwrap_or(0);
+            header.drain(..written);
+            for event in &started {
+                send(sock, event).await;
+            }
             let landlock = Some(w.landlock);
             (
                 w.job_id, w.events, header, w.stdin, w.stdout, w.stderr, landlock,
             )
         }
         None => {
+            for event in &started {
+                send(sock, event).await;
+            }
             let mut plan = crate::policy::plan::build(
                 job_id,
                 &active.profile,
@@ -549,8 +560,8 @@ async fn drain_left(pipe: &mut tokio::net::unix::pipe::Receiver, buf: &mut [u8])
     drained
 }
 
-/// Write `prefix` (a warm sandbox's job header), then the job's stdin; closing the
-/// write end at the end gives the job EOF.
+/// Write `prefix` (what did not fit of a warm sandbox's job header), then the job's
+/// stdin; closing the write end at the end gives the job EOF.
 async fn feed_stdin(
     fd: OwnedFd,
     prefix: Vec<u8>,
