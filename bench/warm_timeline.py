@@ -36,7 +36,9 @@ MARKERS = ("connect,sendmsg,recvmsg,sendto,recvfrom,read,write,openat,clone3,clo
            "exit_group,kill,wait4,pidfd_send_signal,pread64,setpriority,epoll_wait,poll,ppoll")
 # Calls whose return (not entry) is the event: they block until something happens.
 BLOCKING = {"read", "recvmsg", "recvfrom", "epoll_wait", "poll", "ppoll", "wait4"}
-LINE = re.compile(r"^\s*([\d.]+) \(\s*([\d.]+) ms\): (\S+?)/(\d+) (\w+)\(")
+# `T (D ms): comm/pid call(...)`; a call that blocked is printed at its entry without a
+# duration, then as `T (D ms): comm/pid  ... [continued]: call())` (T is still its entry).
+LINE = re.compile(r"^\s*([\d.]+) \(\s*([\d.]*)(?: ms)?\s*\): (\S+?)/(\d+) +(\.\.\. \[continued\]: )?(\w+)\(")
 
 
 def main():
@@ -46,7 +48,11 @@ def main():
     ap.add_argument("--profile", default="default")
     ap.add_argument("--gap-ms", type=float, default=100)
     ap.add_argument("--keep-trace", help="copy the raw trace here")
+    ap.add_argument("--from-trace", help="only read a trace kept earlier (--keep-trace)")
     args = ap.parse_args()
+    if args.from_trace:
+        report(parse(args.from_trace), None, None, [], [], args.profile)
+        return
     tmp = tempfile.mkdtemp(prefix="vivarium-warm-timeline-")
     os.chmod(tmp, 0o755)
     trace = os.path.join(tmp, "trace")
@@ -74,23 +80,44 @@ def main():
         kinds = lib.kinds[10:]
         if args.keep_trace:
             shutil.copy(trace, args.keep_trace)
-        events = []
-        with open(trace, errors="replace") as f:
-            for line in f:
-                m = LINE.match(line)
-                if not m:
-                    continue
-                t, dur, comm, pid, call = float(m[1]), float(m[2]), m[3], int(m[4]), m[5]
-                if call in BLOCKING:
-                    t += dur
-                events.append((t, comm, pid, call))
-        events.sort()
+        events = parse(trace)
+        spawner_, daemon_pid = spawner, daemon.pid
     finally:
         if lib:
             lib.close()
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(timeout=10)
         shutil.rmtree(tmp, ignore_errors=True)
+    report(events, spawner_, daemon_pid, kinds, latency, args.profile)
+
+
+def parse(trace):
+    """The trace's events, (time, comm, pid, call), in time order."""
+    events = []
+    with open(trace, errors="replace") as f:
+        for line in f:
+            m = LINE.match(line)
+            if not m:
+                continue
+            t, comm, pid, call = float(m[1]), m[3], int(m[4]), m[6]
+            if not m[2]:
+                if call in BLOCKING:
+                    continue  # its `[continued]` line says when it returned
+            elif call in BLOCKING:
+                t += float(m[2])
+            events.append((t, comm, pid, call))
+    events.sort()
+    return events
+
+
+def report(events, spawner, daemon_pid, kinds, latency, profile):
+    if spawner is None:
+        # A kept trace: the spawner is the process that polls most.
+        polls = defaultdict(int)
+        for _, comm, pid, call in events:
+            if call == "poll" and comm == "vivariumd":
+                polls[pid] += 1
+        spawner = max(polls, key=polls.get)
     # One window per job: from the client's connect to its next connect (or the end).
     starts = [i for i, (t, comm, _, call) in enumerate(events) if comm == "bench_client" and call == "connect"]
     jobs = []
@@ -108,7 +135,7 @@ def main():
                 break
             if comm == "bench_client":
                 who = "client"
-            elif comm.startswith("tokio") or pid == daemon.pid:
+            elif comm.startswith("tokio") or pid == daemon_pid:
                 who = "server"
             elif pid == spawner:
                 who = "spawner"
@@ -127,14 +154,21 @@ def main():
             seen[(who, call)] += 1
             offsets[f"{who} {call} #{seen[(who, call)]}"].append(t)
     rows = sorted((statistics.median(v), k, len(v)) for k, v in offsets.items() if len(v) >= 0.9 * len(jobs))
-    ready = sum(1 for k in kinds if k == "ready")
-    print(f"{len(jobs)} jobs on profile {args.profile} ({ready} from a ready sandbox), "
+    ready = f"{sum(1 for k in kinds if k == 'ready')} from a ready sandbox" if kinds else "a kept trace"
+    print(f"{len(jobs)} jobs on profile {profile} ({ready}), "
           f"ms since the client's connect (median; blocking calls at their return):")
     for t, k, n in rows:
         if t <= 50:
             print(f"{t:8.3f}  {k}")
-    builds = sum(1 for rows_ in jobs if any(w == "build" for _, w, _, _ in rows_))
-    print(f"{builds} of {len(jobs)} windows saw a refill build's mounts within 50 ms of the connect")
+    # A refill's build (its init mounting) before the client had its outcome (the bench
+    # client writes its time then): a build that competed with the job.
+    def competed(rows_):
+        out = next((t for t, w, _, c in rows_ if w == "client" and c == "write"), None)
+        return out is not None and any(w == "build" and t < out for t, w, _, _ in rows_)
+    builds = sum(1 for rows_ in jobs if competed(rows_))
+    print(f"{builds} of {len(jobs)} jobs had a refill build's mounts before their outcome")
+    if not latency:
+        return
     lat = sorted(latency)
     print(f"{statistics.median(lat):8.3f}  = submit-to-outcome on the client's own clock "
           f"(p90 {lat[int(0.9 * (len(lat) - 1))]:.3f}, p99 {lat[int(0.99 * (len(lat) - 1))]:.3f})")
