@@ -637,3 +637,27 @@ pub(super) async fn build(
         active: active.clone(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A job that took a ready sandbox holds its pool's refill back until it is over:
+    /// dropping its `Taker` gives the pool back its count and wakes the maintainer.
+    #[tokio::test]
+    async fn a_takers_end_releases_its_pools_refill_and_wakes_the_maintainer() {
+        let pools = WarmPools::default();
+        let mut pool = Pool::new(2);
+        pool.takers = 1;
+        pools.pools.lock().unwrap().insert("default".into(), pool);
+        let taker = Taker {
+            pools: pools.pools.clone(),
+            wake: pools.wake.clone(),
+            name: "default".into(),
+        };
+        let woken = pools.wake.notified();
+        drop(taker);
+        woken.await;
+        assert_eq!(pools.pools.lock().unwrap()["default"].takers, 0);
+    }
+}
