@@ -10,7 +10,8 @@ of per-round ratios.
 
 With `--shipped`, each build also gets a daemon on the shipped profiles (profiles/), and
 rows for its `default` profile (a pool of ready sandboxes): `viv run` (`viv-default`) and
-the library (`default`). `--viv PATH` times that viv for every build's viv rows (a musl
+the library (`default`), and with `--throughput` its throughput (with the share of jobs
+that took a ready sandbox); `--shipped-only` leaves out the other profiles' rows. `--viv PATH` times that viv for every build's viv rows (a musl
 build, say) instead of the build's own; `--settle-ms` sleeps after each launch (as perf.py
 does: a warm pool's refill then lands before the next launch, not on it).
 
@@ -38,7 +39,7 @@ import time
 
 from common import busy_seconds, pct, start_daemon, timed
 from perf import (PY, FLAGS, ROOT, Library, bare_throughput, bench_profiles, bwrap_cmd,
-                  library_throughput, warm_profiles)
+                  library_throughput, library_throughput_ready, warm_profiles)
 
 
 def measured(run):
@@ -72,6 +73,7 @@ def main():
     launchers = [("bare", lambda: timed([PY, *FLAGS, "-c", "pass"]))]
     if args.bwrap:
         launchers.append(("bwrap", lambda: timed(bwrap_cmd("pass"))))
+    ready_share = {}
     daemons, tmps, libs, cells = [], [], [], [("bare", lambda: bare_throughput(args.clients, args.throughput))]
     try:
         for spec in args.build:
@@ -118,7 +120,13 @@ def main():
                 lib = Library(exe, ssock, "default")
                 libs.append(lib)
                 launchers.append((f"default {name}", lib))
-            for profile in ("benchwarm", "benchzyg0", "benchzyg"):
+
+                def shipped_tput(exe=exe, sock=ssock, name=name):
+                    rate, share = library_throughput_ready(exe, sock, "default", args.clients, args.throughput)
+                    ready_share.setdefault(f"default {name}", []).append(share)
+                    return rate
+                cells.append((f"default {name}", shipped_tput))
+            for profile in () if args.shipped_only else ("benchwarm", "benchzyg0", "benchzyg"):
                 cells.append((f"{profile} {name}", lambda exe=exe, sock=sock, profile=profile:
                               library_throughput(exe, sock, profile, args.clients, args.throughput)))
         settle = args.settle_ms / 1000
@@ -158,7 +166,9 @@ def main():
         for name, _ in cells:
             rate = statistics.median(r for r, _ in tput[name])
             cpu = statistics.median(c for _, c in tput[name])
-            print(f"| {name} | {rate:.1f} | {rate / bare_rate:.2f}x | {cpu:.2f} |")
+            share = ready_share.get(name)
+            share = f" (from the pool: {statistics.median(share):.0%})" if share and None not in share else ""
+            print(f"| {name}{share} | {rate:.1f} | {rate / bare_rate:.2f}x | {cpu:.2f} |")
         print()
     if not args.runs:
         return
