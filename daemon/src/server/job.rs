@@ -116,6 +116,9 @@ pub async fn run(
         } else {
             None
         };
+        // Held until the outcome is sent: the pool the sandbox came from refills after.
+        let mut warm = warm;
+        let _taker = warm.as_mut().and_then(|w| w.taker.take());
         // The install phase, holding the job's slot: its own sandbox, before the run.
         let env = if let Some(report) = warm.as_ref().and_then(|w| w.packages_report()) {
             send(&sock, &Event::Packages(report)).await;
@@ -140,7 +143,6 @@ pub async fn run(
         let result = execute(&daemon, &sock, job_id, &req, stdin, &cancel, permit, env_dir.as_deref(), warm).await;
         drop(env);
         over.store(true, Ordering::SeqCst);
-        daemon.warm.nudge();
         match result {
             Ok(outcome) => {
                 tracing::info!(reason = ?outcome.reason, exit = ?outcome.exit, wall_ms = outcome.usage.wall_ms, "job finished");
@@ -152,6 +154,9 @@ pub async fn run(
                 send_error(&sock, ErrorCode::Internal, msg).await;
             }
         }
+        // The job is over for its client: a pool may refill now (a build started before
+        // the outcome went out would compete with sending it).
+        daemon.warm.nudge();
     }
     .instrument(span)
     .await
@@ -271,18 +276,14 @@ async fn execute(
     warm: Option<super::warm::WarmSandbox>,
 ) -> Result<vivarium_proto::Outcome, JobError> {
     let active = &req.active;
-    // A warm sandbox has its own id (it was built before this job came).
-    let started_id = warm.as_ref().map_or(job_id, |w| w.job_id);
-    send(
-        sock,
-        &Event::Started {
-            job_id: started_id,
-            profile: req.profile.clone(),
-        },
-    )
-    .await;
+    // `Started` (with a warm sandbox's own id: it was built before this job came), and
+    // from protocol 5 how the sandbox was made.
+    let mut started = vec![Event::Started {
+        job_id: warm.as_ref().map_or(job_id, |w| w.job_id),
+        profile: req.profile.clone(),
+    }];
     if req.sandbox_event {
-        let start = match &warm {
+        started.push(Event::Sandbox(match &warm {
             None => SandboxStart::Cold,
             Some(w) if w.forked => SandboxStart::Forked {
                 sandbox_id: w.job_id,
@@ -291,8 +292,7 @@ async fn execute(
             Some(w) => SandboxStart::Ready {
                 sandbox_id: w.job_id,
             },
-        };
-        send(sock, &Event::Sandbox(start)).await;
+        }));
     }
     // A warm sandbox's environment stays in use (not evictable) until the job is over.
     let mut _warm_env = None;
@@ -305,13 +305,29 @@ async fn execute(
                 .spawner
                 .arm(w.job_id, req.limits.wall_ms, req.limits.cpu_ms)
                 .await;
-            let header = plan::warm_header(&req.args, &req.code);
+            // The header (and code) goes into the interpreter's empty stdin pipe here,
+            // as much as fits without blocking (the rest is the stdin task's), not from
+            // the stdin task: that task starts on another worker thread, a wake-up later.
+            // The events follow: the job starts before the client reads them (its output
+            // cannot overtake them: the pumps start below).
+            let mut header = plan::warm_header(&req.args, &req.code);
+            let written =
+                nix::fcntl::fcntl(&w.stdin, nix::fcntl::FcntlArg::F_SETFL(OFlag::O_NONBLOCK))
+                    .and_then(|_| nix::unistd::write(&w.stdin, &header))
+                    .unwrap_or(0);
+            header.drain(..written);
+            for event in &started {
+                send(sock, event).await;
+            }
             let landlock = Some(w.landlock);
             (
                 w.job_id, w.events, header, w.stdin, w.stdout, w.stderr, landlock,
             )
         }
         None => {
+            for event in &started {
+                send(sock, event).await;
+            }
             let mut plan = crate::policy::plan::build(
                 job_id,
                 &active.profile,
@@ -544,8 +560,8 @@ async fn drain_left(pipe: &mut tokio::net::unix::pipe::Receiver, buf: &mut [u8])
     drained
 }
 
-/// Write `prefix` (a warm sandbox's job header), then the job's stdin; closing the
-/// write end at the end gives the job EOF.
+/// Write `prefix` (what did not fit of a warm sandbox's job header), then the job's
+/// stdin; closing the write end at the end gives the job EOF.
 async fn feed_stdin(
     fd: OwnedFd,
     prefix: Vec<u8>,

@@ -16,7 +16,9 @@
 //!
 //! One maintainer task keeps the pools: it builds one sandbox at a time, only while no
 //! job waits in the queue (so refilling never holds back a cold job) and, while jobs
-//! run, only for a pool at most half full; it stops at the pool's size and at
+//! run, only for a pool at most half full (below half while a job that took one of its
+//! sandboxes runs: the refill its take asked for waits until that job's outcome is sent,
+//! so it does not slow that job); it stops at the pool's size and at
 //! `max_ready_sandboxes` (and `max_concurrent_jobs`: the spawner's id slots are sized for
 //! running jobs, twice over) sandboxes in all, and throws away sandboxes of a profile
 //! replaced by a reload.
@@ -47,7 +49,35 @@ pub struct WarmSandbox {
     pub forked: bool,
     /// Taken from a pool (else built, or forked, for the job that has it).
     pub was_ready: bool,
+    /// Set when taken from a pool: the pool defers its refill until this is dropped
+    /// (the job that took the sandbox is over), see [`Taker`].
+    pub taker: Option<Taker>,
     active: Arc<ActiveProfile>,
+}
+
+/// A job that took a ready sandbox from a pool and has not finished yet. While one is
+/// alive, its pool refills only once it has fallen below half of its size: a refill is a
+/// whole cold sandbox build (~10-20 ms of CPU, and the spawner's attention), which on a
+/// small machine would compete with the very job whose take caused it. Dropping it (after
+/// the job's outcome is sent) wakes the maintainer.
+pub struct Taker {
+    pools: Arc<Mutex<HashMap<String, Pool>>>,
+    wake: Arc<Notify>,
+    name: String,
+}
+
+impl Drop for Taker {
+    fn drop(&mut self) {
+        if let Some(pool) = self
+            .pools
+            .lock()
+            .expect("warm pools lock")
+            .get_mut(&self.name)
+        {
+            pool.takers = pool.takers.saturating_sub(1);
+        }
+        self.wake.notify_one();
+    }
 }
 
 impl WarmSandbox {
@@ -88,6 +118,8 @@ struct Pool {
     /// A job that found the pool empty while that build was under way waits for it here
     /// (one job per build): the build is further along than a cold start would be.
     claim: Option<oneshot::Sender<WarmSandbox>>,
+    /// Jobs running in sandboxes taken from this pool ([`Taker`]s alive).
+    takers: usize,
 }
 
 impl Pool {
@@ -99,6 +131,7 @@ impl Pool {
             resized: Instant::now(),
             building: None,
             claim: None,
+            takers: 0,
         }
     }
 
@@ -124,8 +157,8 @@ impl Pool {
 
 #[derive(Default)]
 pub struct WarmPools {
-    pools: Mutex<HashMap<String, Pool>>,
-    wake: Notify,
+    pools: Arc<Mutex<HashMap<String, Pool>>>,
+    wake: Arc<Notify>,
     /// Builds that failed (for [`prefill`], which stops waiting for a pool that cannot
     /// be built).
     failures: std::sync::atomic::AtomicU64,
@@ -171,6 +204,12 @@ impl WarmPools {
         while let Some(mut w) = pool.ready.pop() {
             if Arc::ptr_eq(&w.active, active) && !w.is_dead() {
                 w.was_ready = true;
+                pool.takers += 1;
+                w.taker = Some(Taker {
+                    pools: self.pools.clone(),
+                    wake: self.wake.clone(),
+                    name: name.to_owned(),
+                });
                 found = Some(w);
                 break;
             }
@@ -372,8 +411,14 @@ async fn tend(daemon: &Arc<Daemon>, backoff: &mut HashMap<String, Instant>) -> b
             };
             // While jobs run, refill only a pool down to half: a sandbox build shares the
             // spawner and the CPUs with the running jobs, so it waits for a quiet moment
-            // unless the pool is running low.
-            let quiet = daemon.jobs.counts().0 == 0 || pool.ready.len() * 2 <= target;
+            // unless the pool is running low. While a job that took one of this pool's
+            // sandboxes runs, only a pool below half: that job's take is what asked for
+            // this build, and the build would slow that very job (see `Taker`).
+            let quiet = if pool.takers > 0 {
+                pool.ready.len() * 2 < target
+            } else {
+                daemon.jobs.counts().0 == 0 || pool.ready.len() * 2 <= target
+            };
             if wanted.is_none()
                 && pool.ready.len() < target
                 && quiet
@@ -581,6 +626,7 @@ pub(super) async fn build(
     Ok(WarmSandbox {
         forked,
         was_ready: false,
+        taker: None,
         job_id,
         events,
         stdin,
@@ -590,4 +636,28 @@ pub(super) async fn build(
         env,
         active: active.clone(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A job that took a ready sandbox holds its pool's refill back until it is over:
+    /// dropping its `Taker` gives the pool back its count and wakes the maintainer.
+    #[tokio::test]
+    async fn a_takers_end_releases_its_pools_refill_and_wakes_the_maintainer() {
+        let pools = WarmPools::default();
+        let mut pool = Pool::new(2);
+        pool.takers = 1;
+        pools.pools.lock().unwrap().insert("default".into(), pool);
+        let taker = Taker {
+            pools: pools.pools.clone(),
+            wake: pools.wake.clone(),
+            name: "default".into(),
+        };
+        let woken = pools.wake.notified();
+        drop(taker);
+        woken.await;
+        assert_eq!(pools.pools.lock().unwrap()["default"].takers, 0);
+    }
 }
