@@ -210,6 +210,41 @@ fn kernel_v1_kill_all_and_reap_stale() {
     assert!(paths.iter().all(|p| !p.exists()));
 }
 
+#[test]
+fn kernel_v1_kill_and_remove_sweeps_only_a_cgroup_the_kernel_keeps() {
+    let Some(sub) = real_v1("sweep") else { return };
+    let limits = Limits {
+        memory_bytes: 64 << 20,
+        pids: 16,
+        cpu_quota_us: Some(50_000),
+        cpu_period_us: 100_000,
+    };
+    // Nothing in it (the usual end of a job): one rmdir per hierarchy.
+    let empty = sub.0.create_job("empty", &limits).unwrap();
+    let paths: Vec<_> = empty.paths().into_iter().map(|p| p.to_path_buf()).collect();
+    assert_eq!(paths.len(), 4);
+    empty.kill_and_remove().unwrap();
+    assert!(paths.iter().all(|p| !p.exists()));
+
+    // A live process in every hierarchy: the kernel refuses the rmdir (EBUSY), the sweep
+    // kills it, and the directories go once it has left.
+    let job = Arc::new(sub.0.create_job("busy", &limits).unwrap());
+    let mut cmd = Command::new("/bin/sleep");
+    cmd.arg("30").stdin(Stdio::null());
+    enter_before_exec(&job, &mut cmd);
+    let mut child = cmd.spawn().unwrap();
+    drop(cmd);
+    let job = Arc::try_unwrap(job).expect("no Command still holds the job");
+    let paths: Vec<_> = job.paths().into_iter().map(|p| p.to_path_buf()).collect();
+    for p in &paths {
+        let procs = std::fs::read_to_string(p.join("cgroup.procs")).unwrap();
+        assert_eq!(procs.trim(), child.id().to_string(), "{}", p.display());
+    }
+    job.kill_and_remove().unwrap();
+    assert_eq!(child.wait().unwrap().signal(), Some(SIGKILL));
+    assert!(paths.iter().all(|p| !p.exists()));
+}
+
 /// Not asserted: prints the costs for the performance notes (`cargo test -- --nocapture`).
 #[test]
 fn kernel_v1_timings() {

@@ -458,6 +458,27 @@ mod tests {
     }
 
     #[test]
+    fn kill_and_remove_removes_the_job_in_every_hierarchy() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mounts = v1_tree(tmp.path(), &[&[Memory], &[Pids], &[Cpu], &[Cpuacct]]);
+        let cg = Cgroups::v1_at(&mounts, "vivarium");
+        cg.setup().unwrap();
+        let job = cg.create_job("j", &LIMITS).unwrap();
+        let paths: Vec<_> = job.paths().into_iter().map(|p| p.to_path_buf()).collect();
+        assert_eq!(paths.len(), 4);
+        job.kill_and_remove().unwrap();
+        assert!(paths.iter().all(|p| !p.exists()));
+        // The subtree fds stay valid for the next job.
+        let job = cg.create_job("j", &LIMITS).unwrap();
+        assert_eq!(job.attach_files().unwrap().len(), 4);
+        job.kill_and_remove().unwrap();
+        cg.remove_subtree().unwrap();
+        for c in ["memory", "pids", "cpu", "cpuacct"] {
+            assert!(!tmp.path().join(c).join("vivarium").exists());
+        }
+    }
+
+    #[test]
     fn comounted_cpu_cpuacct_is_one_directory_and_no_quota_leaves_cpu_alone() {
         let tmp = tempfile::tempdir().unwrap();
         let mounts = v1_tree(tmp.path(), &[&[Memory], &[Pids], &[Cpu, Cpuacct]]);

@@ -489,6 +489,25 @@ mod tests {
     }
 
     #[test]
+    fn kill_and_remove_takes_one_rmdir_or_kills_and_removes_the_tree() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = v2_root(tmp.path(), &["cpu", "memory", "pids"]);
+        let cg = Cgroups::v2_at(root.clone());
+        cg.setup().unwrap();
+        let job = cg.create_job("a", &LIMITS).unwrap();
+        assert_eq!(job.attach_files().unwrap().len(), 1);
+        job.kill_and_remove().unwrap();
+        assert!(!root.join("a").exists());
+        // A cgroup the job made below its own keeps the first rmdir from succeeding.
+        let job = cg.create_job("b", &LIMITS).unwrap();
+        fs::create_dir(root.join("b/inner")).unwrap();
+        fs::write(root.join("b/inner/cgroup.kill"), "").unwrap();
+        job.kill_and_remove().unwrap();
+        assert!(!root.join("b").exists());
+        assert!(root.join("daemon").is_dir());
+    }
+
+    #[test]
     fn reap_stale_kills_and_removes_jobs_but_not_the_leaf() {
         let tmp = tempfile::tempdir().unwrap();
         let root = v2_root(tmp.path(), &["cpu", "memory", "pids"]);
