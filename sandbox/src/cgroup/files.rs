@@ -154,7 +154,9 @@ impl Dir {
 }
 
 /// A directory of the daemon's (a v1 hierarchy's subtree, the v2 delegated root), opened
-/// `O_PATH` at its first use, after `setup` made it, and shared by the jobs made in it.
+/// `O_PATH` once, by `setup` (or at the first job), and shared by the jobs made in it. A
+/// subtree removed under the daemon then fails job creation (ENOENT): the fd never follows
+/// a directory made again by someone else.
 #[derive(Clone, Debug)]
 pub(super) struct Base {
     path: PathBuf,

@@ -80,6 +80,8 @@ impl V1 {
                 enable_memory_hierarchy(&base);
             }
             make_dir(&base.join(V1_HOME), true)?;
+            // Held for the spawner's life, from its start: jobs are made relative to it.
+            h.base.dir()?;
         }
         Ok(())
     }

@@ -74,6 +74,8 @@ impl V2 {
             // One write for all: the kernel applies the whole list or none of it.
             files::write_value(&self.root.join("cgroup.subtree_control"), &enable.join(" "))?;
         }
+        // Held for the spawner's life, from its start: jobs are made relative to it.
+        self.base.dir()?;
         Ok(())
     }
 
