@@ -263,6 +263,23 @@ fn kernel_v1_timings() {
         create_remove.push(t.elapsed());
     }
 
+    // What the spawner does with each job's cgroup, less the job: make it with its limits,
+    // open the attach files, open the counters, read them, remove it. Thread CPU time.
+    let cpu_now = || {
+        let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID).unwrap();
+        Duration::new(t.tv_sec() as u64, t.tv_nsec() as u32)
+    };
+    let mut lifecycle = Vec::new();
+    for i in 0..200 {
+        let t = cpu_now();
+        let mut job = sub.0.create_job(&format!("l{i}"), &limits).unwrap();
+        drop(job.attach_files().unwrap());
+        job.open_counters();
+        job.stats().unwrap();
+        job.kill_and_remove().unwrap();
+        lifecycle.push(cpu_now() - t);
+    }
+
     // enter_self timed inside the child, at low load (50 ms between attaches).
     let job = Arc::new(sub.0.create_job("enter", &limits).unwrap());
     let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
@@ -317,6 +334,11 @@ fn kernel_v1_timings() {
     summary(
         "create_job+remove (v1: 4 hierarchies, all limits)",
         create_remove,
+    );
+    summary(
+        "a job's cgroup in the spawner, thread CPU (create_job, attach_files, \
+         open_counters, stats, kill_and_remove)",
+        lifecycle,
     );
     summary("enter_self in the forked child", enter);
     summary("parent writes child pid to cgroup.procs", parent_attach);
