@@ -84,7 +84,7 @@ impl Dir {
     pub(super) fn write(&self, rel: &str, value: &str) -> Result<(), CgroupError> {
         self.write_if_present(rel, value)?
             .then_some(())
-            .ok_or_else(|| self.write_error(rel, value, Errno::ENOENT))
+            .ok_or_else(|| self.write_error(rel, value, Errno::ENOENT.into()))
     }
 
     /// [`Dir::write`], where a missing file is no error but `false` (a file that exists only
@@ -95,15 +95,15 @@ impl Dir {
                 .map(|()| true)
                 .map_err(|e| self.write_error(rel, value, e)),
             Err(Errno::ENOENT) => Ok(false),
-            Err(e) => Err(self.write_error(rel, value, e)),
+            Err(e) => Err(self.write_error(rel, value, e.into())),
         }
     }
 
-    pub(super) fn write_error(&self, rel: &str, value: &str, errno: Errno) -> CgroupError {
+    pub(super) fn write_error(&self, rel: &str, value: &str, source: io::Error) -> CgroupError {
         CgroupError::Write {
             path: self.path.join(rel),
             value: value.to_owned(),
-            source: errno.into(),
+            source,
         }
     }
 
@@ -185,10 +185,8 @@ impl Base {
 }
 
 /// Write all of `value` to `fd` (one `write(2)` on cgroupfs), then close it.
-pub(super) fn write_fd(fd: OwnedFd, value: &str) -> Result<(), Errno> {
-    fs::File::from(fd)
-        .write_all(value.as_bytes())
-        .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))
+pub(super) fn write_fd(fd: OwnedFd, value: &str) -> io::Result<()> {
+    fs::File::from(fd).write_all(value.as_bytes())
 }
 
 /// Write `value` with one `write(2)` into an existing file (truncating it, which cgroupfs ignores

@@ -156,7 +156,7 @@ fn write_limits(dir: &Dir, limits: &Limits) -> Result<(), CgroupError> {
         dir.open_file(file, OFlag::O_WRONLY | OFlag::O_TRUNC)
             .map_err(|e| match e {
                 Errno::ENOENT => CgroupError::MissingController { controller },
-                e => dir.write_error(file, value, e),
+                e => dir.write_error(file, value, e.into()),
             })
             .map(|fd| (file, fd))
     };
