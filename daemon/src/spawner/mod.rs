@@ -1161,9 +1161,9 @@ impl Spawner {
         }
         self.zygote_job_done(&job);
         if let Some(cg) = job.cgroup.take() {
-            // The pid namespace is gone with its init; this is belt and braces.
-            let _ = cg.kill_all();
-            if let Err(e) = cg.remove() {
+            // The pid namespace is gone with its init; the kill is belt and braces
+            // (a sweep only of a cgroup the kernel will not remove).
+            if let Err(e) = cg.kill_and_remove() {
                 log::log_warn!("job {}: cgroup removal: {}", job.id, error_chain(&e));
             }
         }

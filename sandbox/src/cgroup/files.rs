@@ -8,8 +8,10 @@
 use std::ffi::CString;
 use std::fs::{self, OpenOptions};
 use std::io::{self, Write};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 use std::thread;
 use std::time::Duration;
 
@@ -30,6 +32,162 @@ const RMDIR_PAUSE: Duration = Duration::from_millis(5);
 /// tasks between the read and the kill, so one round is not enough.
 pub(super) const KILL_ROUNDS: u32 = 100;
 const KILL_PAUSE: Duration = Duration::from_millis(2);
+
+/// A cgroup directory opened once, with its path for messages. A job's files are opened,
+/// made and removed relative to it (`openat`, `mkdirat`, `unlinkat`), so each costs no walk
+/// of the whole path (`/sys/fs/cgroup/<controller>/<subtree>/...`: several lookups and two
+/// mount crossings, per file and per hierarchy).
+#[derive(Debug)]
+pub(super) struct Dir {
+    fd: OwnedFd,
+    path: PathBuf,
+}
+
+impl Dir {
+    /// `flags`: `O_PATH` for a directory only used to reach its files, `O_RDONLY` for one
+    /// that clone3 takes (`CLONE_INTO_CGROUP`); `O_DIRECTORY | O_CLOEXEC` are added.
+    pub(super) fn open(path: PathBuf, flags: OFlag) -> Result<Dir, CgroupError> {
+        match fcntl::open(
+            &path,
+            flags | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        ) {
+            Ok(fd) => Ok(Dir { fd, path }),
+            Err(source) => Err(CgroupError::OpenDir { path, source }),
+        }
+    }
+
+    /// The directory `name` below this one.
+    pub(super) fn open_child(&self, name: &str, flags: OFlag) -> Result<Dir, CgroupError> {
+        let path = self.path.join(name);
+        let flags = flags | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+        match fcntl::openat(&self.fd, name, flags, Mode::empty()) {
+            Ok(fd) => Ok(Dir { fd, path }),
+            Err(source) => Err(CgroupError::OpenDir { path, source }),
+        }
+    }
+
+    pub(super) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub(super) fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// Open `rel` (a file name, or `<child>/<file>`) below this directory; never creates.
+    pub(super) fn open_file(&self, rel: &str, flags: OFlag) -> nix::Result<OwnedFd> {
+        fcntl::openat(&self.fd, rel, flags | OFlag::O_CLOEXEC, Mode::empty())
+    }
+
+    /// [`write_value`] to `rel` below this directory.
+    pub(super) fn write(&self, rel: &str, value: &str) -> Result<(), CgroupError> {
+        self.write_if_present(rel, value)?
+            .then_some(())
+            .ok_or_else(|| self.write_error(rel, value, Errno::ENOENT.into()))
+    }
+
+    /// [`Dir::write`], where a missing file is no error but `false` (a file that exists only
+    /// with some kernel option): one failed open instead of a `stat` and an open.
+    pub(super) fn write_if_present(&self, rel: &str, value: &str) -> Result<bool, CgroupError> {
+        match self.open_file(rel, OFlag::O_WRONLY | OFlag::O_TRUNC) {
+            Ok(fd) => write_fd(fd, value)
+                .map(|()| true)
+                .map_err(|e| self.write_error(rel, value, e)),
+            Err(Errno::ENOENT) => Ok(false),
+            Err(e) => Err(self.write_error(rel, value, e.into())),
+        }
+    }
+
+    pub(super) fn write_error(&self, rel: &str, value: &str, source: io::Error) -> CgroupError {
+        CgroupError::Write {
+            path: self.path.join(rel),
+            value: value.to_owned(),
+            source,
+        }
+    }
+
+    /// [`make_dir`] of `name` below this directory (an existing one is an error).
+    pub(super) fn mkdir(&self, name: &str) -> Result<(), CgroupError> {
+        nix::sys::stat::mkdirat(&self.fd, name, Mode::from_bits_truncate(0o777)).map_err(|e| {
+            CgroupError::Mkdir {
+                path: self.path.join(name),
+                source: e.into(),
+            }
+        })?;
+        #[cfg(test)]
+        super::fixture::on_mkdir(&self.path.join(name));
+        Ok(())
+    }
+
+    /// One `rmdir` of `name` below this directory, no retry: `Ok` when it is gone (or was
+    /// not there), else the kernel's refusal (EBUSY while the cgroup has tasks or children).
+    pub(super) fn try_rmdir(&self, name: &str) -> nix::Result<()> {
+        #[cfg(test)]
+        super::fixture::before_rmdir(&self.path.join(name));
+        match unistd::unlinkat(&self.fd, name, unistd::UnlinkatFlags::RemoveDir) {
+            Ok(()) | Err(Errno::ENOENT) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// [`remove_dir`] of `name` below this directory: EBUSY is retried while the last
+    /// tasks finish exiting.
+    pub(super) fn rmdir(&self, name: &str) -> Result<(), CgroupError> {
+        let mut attempt = 0;
+        loop {
+            match self.try_rmdir(name) {
+                Ok(()) => return Ok(()),
+                Err(Errno::EBUSY) if attempt + 1 < RMDIR_ATTEMPTS => {
+                    attempt += 1;
+                    thread::sleep(RMDIR_PAUSE);
+                }
+                Err(e) => {
+                    return Err(CgroupError::Rmdir {
+                        path: self.path.join(name),
+                        source: e.into(),
+                    })
+                }
+            }
+        }
+    }
+}
+
+/// A directory of the daemon's (a v1 hierarchy's subtree, the v2 delegated root), opened
+/// `O_PATH` once, by `setup` (or at the first job), and shared by the jobs made in it. A
+/// subtree removed under the daemon then fails job creation (ENOENT): the fd never follows
+/// a directory made again by someone else.
+#[derive(Clone, Debug)]
+pub(super) struct Base {
+    path: PathBuf,
+    dir: OnceLock<Arc<Dir>>,
+}
+
+impl Base {
+    pub(super) fn new(path: PathBuf) -> Base {
+        Base {
+            path,
+            dir: OnceLock::new(),
+        }
+    }
+
+    pub(super) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub(super) fn dir(&self) -> Result<&Arc<Dir>, CgroupError> {
+        if let Some(dir) = self.dir.get() {
+            return Ok(dir);
+        }
+        let dir = Dir::open(self.path.clone(), OFlag::O_PATH)?;
+        Ok(self.dir.get_or_init(|| Arc::new(dir)))
+    }
+}
+
+/// Write all of `value` to `fd` (one `write(2)` on cgroupfs), then close it.
+pub(super) fn write_fd(fd: OwnedFd, value: &str) -> io::Result<()> {
+    fs::File::from(fd).write_all(value.as_bytes())
+}
 
 /// Write `value` with one `write(2)` into an existing file (truncating it, which cgroupfs ignores
 /// and a fixture needs for whole-file asserts).
@@ -65,12 +223,16 @@ pub(super) fn read_u64(path: &Path) -> Result<u64, CgroupError> {
 pub(super) struct Counters(Vec<(PathBuf, fs::File)>);
 
 impl Counters {
-    /// Open those of `paths` that exist (a missing one fails later, when read by path).
-    pub(super) fn open(paths: impl IntoIterator<Item = PathBuf>) -> Counters {
+    /// Open those of `files` (a directory and a path relative to it) that exist, with
+    /// `openat`; a missing one fails later, when read by path.
+    pub(super) fn open<'a>(files: impl IntoIterator<Item = (&'a Dir, String)>) -> Counters {
         Counters(
-            paths
+            files
                 .into_iter()
-                .filter_map(|p| fs::File::open(&p).ok().map(|f| (p, f)))
+                .filter_map(|(dir, rel)| {
+                    let fd = dir.open_file(&rel, OFlag::O_RDONLY).ok()?;
+                    Some((dir.path().join(rel), fs::File::from(fd)))
+                })
                 .collect(),
         )
     }

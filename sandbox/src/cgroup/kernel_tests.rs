@@ -210,6 +210,41 @@ fn kernel_v1_kill_all_and_reap_stale() {
     assert!(paths.iter().all(|p| !p.exists()));
 }
 
+#[test]
+fn kernel_v1_kill_and_remove_sweeps_only_a_cgroup_the_kernel_keeps() {
+    let Some(sub) = real_v1("sweep") else { return };
+    let limits = Limits {
+        memory_bytes: 64 << 20,
+        pids: 16,
+        cpu_quota_us: Some(50_000),
+        cpu_period_us: 100_000,
+    };
+    // Nothing in it (the usual end of a job): one rmdir per hierarchy.
+    let empty = sub.0.create_job("empty", &limits).unwrap();
+    let paths: Vec<_> = empty.paths().into_iter().map(|p| p.to_path_buf()).collect();
+    assert_eq!(paths.len(), 4);
+    empty.kill_and_remove().unwrap();
+    assert!(paths.iter().all(|p| !p.exists()));
+
+    // A live process in every hierarchy: the kernel refuses the rmdir (EBUSY), the sweep
+    // kills it, and the directories go once it has left.
+    let job = Arc::new(sub.0.create_job("busy", &limits).unwrap());
+    let mut cmd = Command::new("/bin/sleep");
+    cmd.arg("30").stdin(Stdio::null());
+    enter_before_exec(&job, &mut cmd);
+    let mut child = cmd.spawn().unwrap();
+    drop(cmd);
+    let job = Arc::try_unwrap(job).expect("no Command still holds the job");
+    let paths: Vec<_> = job.paths().into_iter().map(|p| p.to_path_buf()).collect();
+    for p in &paths {
+        let procs = std::fs::read_to_string(p.join("cgroup.procs")).unwrap();
+        assert_eq!(procs.trim(), child.id().to_string(), "{}", p.display());
+    }
+    job.kill_and_remove().unwrap();
+    assert_eq!(child.wait().unwrap().signal(), Some(SIGKILL));
+    assert!(paths.iter().all(|p| !p.exists()));
+}
+
 /// Not asserted: prints the costs for the performance notes (`cargo test -- --nocapture`).
 #[test]
 fn kernel_v1_timings() {
@@ -226,6 +261,23 @@ fn kernel_v1_timings() {
         let job = sub.0.create_job(&format!("t{i}"), &limits).unwrap();
         job.remove().unwrap();
         create_remove.push(t.elapsed());
+    }
+
+    // What the spawner does with each job's cgroup, less the job: make it with its limits,
+    // open the attach files, open the counters, read them, remove it. Thread CPU time.
+    let cpu_now = || {
+        let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID).unwrap();
+        Duration::new(t.tv_sec() as u64, t.tv_nsec() as u32)
+    };
+    let mut lifecycle = Vec::new();
+    for i in 0..200 {
+        let t = cpu_now();
+        let mut job = sub.0.create_job(&format!("l{i}"), &limits).unwrap();
+        drop(job.attach_files().unwrap());
+        job.open_counters();
+        job.stats().unwrap();
+        job.kill_and_remove().unwrap();
+        lifecycle.push(cpu_now() - t);
     }
 
     // enter_self timed inside the child, at low load (50 ms between attaches).
@@ -282,6 +334,11 @@ fn kernel_v1_timings() {
     summary(
         "create_job+remove (v1: 4 hierarchies, all limits)",
         create_remove,
+    );
+    summary(
+        "a job's cgroup in the spawner, thread CPU (create_job, attach_files, \
+         open_counters, stats, kill_and_remove)",
+        lifecycle,
     );
     summary("enter_self in the forked child", enter);
     summary("parent writes child pid to cgroup.procs", parent_attach);

@@ -353,22 +353,10 @@ impl JobCgroup {
     /// kernel checks the opener's credentials, so a job's init in a user namespace can
     /// attach itself with them (a zygote's child, which the spawner did not clone).
     pub fn attach_files(&self) -> Result<Vec<std::os::fd::OwnedFd>, CgroupError> {
-        let file = match &self.backend {
-            JobBackend::V1(_) => "tasks",
-            JobBackend::V2(_) => "cgroup.procs",
-        };
-        self.paths()
-            .into_iter()
-            .map(|dir| {
-                let path = dir.join(file);
-                nix::fcntl::open(
-                    &path,
-                    nix::fcntl::OFlag::O_WRONLY | nix::fcntl::OFlag::O_CLOEXEC,
-                    nix::sys::stat::Mode::empty(),
-                )
-                .map_err(|source| CgroupError::Attach { path, source })
-            })
-            .collect()
+        match &self.backend {
+            JobBackend::V1(j) => j.attach_files(),
+            JobBackend::V2(j) => j.attach_files(),
+        }
     }
 
     /// v2: the job directory opened `O_RDONLY | O_DIRECTORY | O_CLOEXEC`, for clone3's
@@ -418,6 +406,19 @@ impl JobCgroup {
         match self.backend {
             JobBackend::V1(j) => j.remove(),
             JobBackend::V2(j) => j.remove(),
+        }
+    }
+
+    /// [`JobCgroup::kill_all`], then [`JobCgroup::remove`], at the cost of one `rmdir` per
+    /// directory when the job's processes are gone (the usual end: its init died, and its pid
+    /// namespace with it). The kernel removes only a cgroup without tasks (and, on v2,
+    /// without child cgroups), so a directory whose first `rmdir` succeeds had nothing left
+    /// to kill; one it refuses is swept (`kill_all`'s loop) and removed with retries.
+    /// Kill errors are not reported: a directory that cannot be emptied fails its removal.
+    pub fn kill_and_remove(self) -> Result<(), CgroupError> {
+        match self.backend {
+            JobBackend::V1(j) => j.kill_and_remove(),
+            JobBackend::V2(j) => j.kill_and_remove(),
         }
     }
 }

@@ -6,15 +6,21 @@
 //! scheduler/sched-bwc.rst for cpu.cfs_*.
 
 use std::ffi::CString;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use super::files::{self, attach_self, c_path, make_dir, read_u64, remove_dir};
+use nix::fcntl::OFlag;
+
+use super::files::{self, attach_self, c_path, make_dir, read_u64, remove_dir, Base, Dir};
 use super::{validate_name, CgroupError, Controller, Limits, Stats, V1_HOME};
 
 #[derive(Clone, Debug)]
 struct Hierarchy {
     controllers: Vec<Controller>,
     mount: PathBuf,
+    /// `<mount>/<subtree>`, opened once: jobs are made and opened relative to it.
+    base: Base,
 }
 
 #[derive(Clone, Debug)]
@@ -33,6 +39,7 @@ impl V1 {
                 None => hierarchies.push(Hierarchy {
                     controllers: vec![*controller],
                     mount: mount.clone(),
+                    base: Base::new(mount.join(subtree)),
                 }),
             }
         }
@@ -43,13 +50,14 @@ impl V1 {
     }
 
     fn base(&self, h: &Hierarchy) -> PathBuf {
-        h.mount.join(&self.subtree)
+        h.base.path().to_path_buf()
     }
 
-    fn hierarchy(&self, controller: Controller) -> Result<&Hierarchy, CgroupError> {
+    /// The index of the hierarchy that holds `controller`.
+    fn hierarchy(&self, controller: Controller) -> Result<usize, CgroupError> {
         self.hierarchies
             .iter()
-            .find(|h| h.controllers.contains(&controller))
+            .position(|h| h.controllers.contains(&controller))
             .ok_or(CgroupError::MissingController { controller })
     }
 
@@ -72,6 +80,8 @@ impl V1 {
                 enable_memory_hierarchy(&base);
             }
             make_dir(&base.join(V1_HOME), true)?;
+            // Held for the spawner's life, from its start: jobs are made relative to it.
+            h.base.dir()?;
         }
         Ok(())
     }
@@ -97,26 +107,31 @@ impl V1 {
             Some(_) => Some(self.hierarchy(Controller::Cpu)?),
             None => None,
         };
-        let dir_of = |h: &Hierarchy| self.base(h).join(name);
+        let bases = (self.hierarchies.iter())
+            .map(|h| h.base.dir().cloned())
+            .collect::<Result<Vec<_>, _>>()?;
 
         let mut job = Job {
-            dirs: Vec::with_capacity(self.hierarchies.len()),
-            tasks: Vec::with_capacity(self.hierarchies.len()),
-            memory: dir_of(memory),
-            pids: dir_of(pids),
-            cpuacct: self.hierarchy(Controller::Cpuacct).ok().map(dir_of),
+            name: name.to_owned(),
+            bases: Vec::with_capacity(bases.len()),
+            dirs: Vec::with_capacity(bases.len()),
+            tasks: Vec::with_capacity(bases.len()),
+            memory,
+            pids,
+            cpuacct: self.hierarchy(Controller::Cpuacct).ok(),
             counters: files::Counters::default(),
         };
-        for h in &self.hierarchies {
-            let dir = dir_of(h);
-            if let Err(e) = make_dir(&dir, false) {
+        for base in bases {
+            if let Err(e) = base.mkdir(name) {
                 drop(job.remove());
                 return Err(e);
             }
+            let dir = base.path().join(name);
             job.tasks.push(c_path(&dir.join("tasks")));
             job.dirs.push(dir);
+            job.bases.push(base);
         }
-        if let Err(e) = job.write_limits(limits, cpu.map(dir_of).as_deref()) {
+        if let Err(e) = job.write_limits(limits, cpu) {
             drop(job.remove());
             return Err(e);
         }
@@ -192,38 +207,45 @@ fn kill_tree(dir: &Path) -> Result<(), CgroupError> {
 
 #[derive(Debug)]
 pub(super) struct Job {
-    /// One directory per hierarchy, in hierarchy order.
+    name: String,
+    /// The subtree directory of each hierarchy the job has a directory in, in hierarchy
+    /// order: the job's files are `<name>/<file>` relative to them.
+    bases: Vec<Arc<Dir>>,
+    /// `<subtree>/<name>` of each hierarchy, in the same order.
     dirs: Vec<PathBuf>,
     /// `<dir>/tasks` of each directory, ready for an allocation-free `enter_self`.
     tasks: Vec<CString>,
-    memory: PathBuf,
-    pids: PathBuf,
-    cpuacct: Option<PathBuf>,
+    /// Indices into `bases` and `dirs`.
+    memory: usize,
+    pids: usize,
+    cpuacct: Option<usize>,
     counters: files::Counters,
 }
 
 impl Job {
-    fn write_limits(&self, limits: &Limits, cpu: Option<&Path>) -> Result<(), CgroupError> {
+    /// `<name>/<file>`, relative to a hierarchy's subtree directory.
+    fn rel(&self, file: &str) -> String {
+        format!("{}/{file}", self.name)
+    }
+
+    fn write_limits(&self, limits: &Limits, cpu: Option<usize>) -> Result<(), CgroupError> {
         let memory = limits.memory_bytes.to_string();
+        let mem = &self.bases[self.memory];
         // A new cgroup starts unlimited and memsw must stay >= the memory limit: memory first.
-        files::write_value(&self.memory.join("memory.limit_in_bytes"), &memory)?;
+        mem.write(&self.rel("memory.limit_in_bytes"), &memory)?;
         // memsw (memory + swap) exists with swap accounting; the same value means no swap.
-        let memsw = self.memory.join("memory.memsw.limit_in_bytes");
-        if memsw.exists() {
-            files::write_value(&memsw, &memory)?;
-        }
+        mem.write_if_present(&self.rel("memory.memsw.limit_in_bytes"), &memory)?;
         // Reclaim page cache instead of swapping anonymous memory. Covered by memsw where it
         // exists, so not worth failing a job over (nor a log line: the spawner has none).
-        let swappiness = self.memory.join("memory.swappiness");
-        if swappiness.exists() {
-            let _ = files::write_value(&swappiness, "0");
-        }
-        files::write_value(&self.pids.join("pids.max"), &limits.pids.to_string())?;
-        if let (Some(dir), Some(quota)) = (cpu, limits.cpu_quota_us) {
+        let _ = mem.write_if_present(&self.rel("memory.swappiness"), "0");
+        let pids = &self.bases[self.pids];
+        pids.write(&self.rel("pids.max"), &limits.pids.to_string())?;
+        if let (Some(cpu), Some(quota)) = (cpu, limits.cpu_quota_us) {
             // The period first: the kernel checks quota/period against the parent's bandwidth.
+            let cpu = &self.bases[cpu];
             let period = limits.cpu_period_us.to_string();
-            files::write_value(&dir.join("cpu.cfs_period_us"), &period)?;
-            files::write_value(&dir.join("cpu.cfs_quota_us"), &quota.to_string())?;
+            cpu.write(&self.rel("cpu.cfs_period_us"), &period)?;
+            cpu.write(&self.rel("cpu.cfs_quota_us"), &quota.to_string())?;
         }
         Ok(())
     }
@@ -236,9 +258,23 @@ impl Job {
         self.tasks.iter().try_for_each(|t| attach_self(t))
     }
 
+    /// Each directory's `tasks`, opened for writing (see `JobCgroup::attach_files`).
+    pub(super) fn attach_files(&self) -> Result<Vec<OwnedFd>, CgroupError> {
+        let rel = self.rel("tasks");
+        (self.bases.iter())
+            .map(|base| {
+                base.open_file(&rel, OFlag::O_WRONLY)
+                    .map_err(|source| CgroupError::Attach {
+                        path: base.path().join(&rel),
+                        source,
+                    })
+            })
+            .collect()
+    }
+
     fn cpuacct(&self) -> Result<&Path, CgroupError> {
         self.cpuacct
-            .as_deref()
+            .map(|i| self.dirs[i].as_path())
             .ok_or(CgroupError::MissingController {
                 controller: Controller::Cpuacct,
             })
@@ -251,16 +287,16 @@ impl Job {
 
     /// Open the files `stats` reads (see [`files::Counters`]).
     pub(super) fn open_counters(&mut self) {
-        let memory = |f: &str| self.memory.join(f);
-        let mut paths = vec![
+        let memory = |f: &str| (&*self.bases[self.memory], self.rel(f));
+        let mut files = vec![
             memory("memory.max_usage_in_bytes"),
             memory("memory.oom_control"),
             memory("memory.failcnt"),
             memory("memory.memsw.failcnt"),
-            self.pids.join("pids.events"),
+            (&*self.bases[self.pids], self.rel("pids.events")),
         ];
-        paths.extend(self.cpuacct.as_ref().map(|d| d.join("cpuacct.usage")));
-        self.counters = files::Counters::open(paths);
+        files.extend((self.cpuacct).map(|i| (&*self.bases[i], self.rel("cpuacct.usage"))));
+        self.counters = files::Counters::open(files);
     }
 
     pub(super) fn stats(&self) -> Result<Stats, CgroupError> {
@@ -269,7 +305,8 @@ impl Job {
         // only for the memory counter (`track_failcnt`), and with memsw == limit it is memsw
         // that fails, so on such hosts this stays 0 even after an OOM kill.
         let c = &self.counters;
-        let memsw_failcnt = self.memory.join("memory.memsw.failcnt");
+        let memory = &self.dirs[self.memory];
+        let memsw_failcnt = memory.join("memory.memsw.failcnt");
         let memsw_hits = if c.exists(&memsw_failcnt) {
             c.read_u64(&memsw_failcnt)?
         } else {
@@ -277,11 +314,11 @@ impl Job {
         };
         Ok(Stats {
             cpu_usage_ns: self.cpu_usage_ns()?,
-            peak_memory_bytes: c.read_u64(&self.memory.join("memory.max_usage_in_bytes"))?,
-            oom_kills: c.read_key(&self.memory.join("memory.oom_control"), "oom_kill")?,
-            pids_limit_hits: c.read_key(&self.pids.join("pids.events"), "max")?,
+            peak_memory_bytes: c.read_u64(&memory.join("memory.max_usage_in_bytes"))?,
+            oom_kills: c.read_key(&memory.join("memory.oom_control"), "oom_kill")?,
+            pids_limit_hits: c.read_key(&self.dirs[self.pids].join("pids.events"), "max")?,
             memory_limit_hits: c
-                .read_u64(&self.memory.join("memory.failcnt"))?
+                .read_u64(&memory.join("memory.failcnt"))?
                 .saturating_add(memsw_hits),
         })
     }
@@ -296,8 +333,27 @@ impl Job {
     pub(super) fn remove(self) -> Result<(), CgroupError> {
         // Try every directory even if one fails, and report the first failure.
         let mut first = Ok(());
-        for dir in &self.dirs {
-            let result = remove_dir(dir);
+        for base in &self.bases {
+            let result = base.rmdir(&self.name);
+            if first.is_ok() {
+                first = result;
+            }
+        }
+        first
+    }
+
+    /// [`Job::kill_all`] then [`Job::remove`], per hierarchy, without reading `cgroup.procs`
+    /// when there is nothing to kill: the kernel removes only a cgroup without tasks, so a
+    /// first `rmdir` that succeeds proves it empty. One the kernel refuses (EBUSY) is swept
+    /// and removed as by the two.
+    pub(super) fn kill_and_remove(self) -> Result<(), CgroupError> {
+        let mut first = Ok(());
+        for (base, dir) in self.bases.iter().zip(&self.dirs) {
+            if base.try_rmdir(&self.name).is_ok() {
+                continue;
+            }
+            let _ = files::kill_procs(&dir.join("cgroup.procs"));
+            let result = base.rmdir(&self.name);
             if first.is_ok() {
                 first = result;
             }
@@ -314,7 +370,7 @@ mod tests {
     use super::super::files;
     use super::super::fixture::{map, snapshot, v1_tree};
     use super::super::{CgroupError, Cgroups, Controller, Limits, Stats};
-    use super::{origin, Hierarchy};
+    use super::{origin, Base, Hierarchy};
     use Controller::{Cpu, Cpuacct, Memory, Pids};
 
     const LIMITS: Limits = Limits {
@@ -400,6 +456,27 @@ mod tests {
         cg.remove_subtree().unwrap();
         for c in ["memory", "pids", "cpu", "cpuacct"] {
             assert!(!root(c).join("vivarium").exists());
+        }
+    }
+
+    #[test]
+    fn kill_and_remove_removes_the_job_in_every_hierarchy() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mounts = v1_tree(tmp.path(), &[&[Memory], &[Pids], &[Cpu], &[Cpuacct]]);
+        let cg = Cgroups::v1_at(&mounts, "vivarium");
+        cg.setup().unwrap();
+        let job = cg.create_job("j", &LIMITS).unwrap();
+        let paths: Vec<_> = job.paths().into_iter().map(|p| p.to_path_buf()).collect();
+        assert_eq!(paths.len(), 4);
+        job.kill_and_remove().unwrap();
+        assert!(paths.iter().all(|p| !p.exists()));
+        // The subtree fds stay valid for the next job.
+        let job = cg.create_job("j", &LIMITS).unwrap();
+        assert_eq!(job.attach_files().unwrap().len(), 4);
+        job.kill_and_remove().unwrap();
+        cg.remove_subtree().unwrap();
+        for c in ["memory", "pids", "cpu", "cpuacct"] {
+            assert!(!tmp.path().join(c).join("vivarium").exists());
         }
     }
 
@@ -550,10 +627,12 @@ mod tests {
         let cpu = Hierarchy {
             controllers: vec![Cpu, Cpuacct],
             mount: "/sys/fs/cgroup/cpu,cpuacct".into(),
+            base: Base::new("/sys/fs/cgroup/cpu,cpuacct/viv".into()),
         };
         let memory = Hierarchy {
             controllers: vec![Memory],
             mount: "/sys/fs/cgroup/memory".into(),
+            base: Base::new("/sys/fs/cgroup/memory/viv".into()),
         };
         let text = "12:pids:/user.slice\n5:cpuacct,cpu:/system.slice/x.service\n\
                     4:memory:/\n1:name=systemd:/init.scope\n0::/\n";
@@ -565,6 +644,7 @@ mod tests {
         let odd = Hierarchy {
             controllers: vec![Memory, Pids],
             mount: "/m".into(),
+            base: Base::new("/m/viv".into()),
         };
         assert_eq!(
             origin(&odd, text),

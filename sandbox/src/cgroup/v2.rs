@@ -6,13 +6,16 @@
 //! Kernel docs: Documentation/admin-guide/cgroup-v2.rst.
 
 use std::ffi::CString;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use nix::fcntl::{self, OFlag};
-use nix::sys::stat::Mode;
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
 
-use super::files::{self, attach_self, c_path, make_dir, parse_controller_list, read_string};
+use super::files::{
+    self, attach_self, c_path, make_dir, parse_controller_list, read_string, Base, Dir,
+};
 use super::{CgroupError, Controller, Limits, Stats, V2_LEAF};
 
 /// Controllers enabled for the jobs, in `cgroup.subtree_control` syntax order.
@@ -25,11 +28,16 @@ const MOVE_ROUNDS: u32 = 10;
 #[derive(Clone, Debug)]
 pub(super) struct V2 {
     root: PathBuf,
+    /// The root, opened once: jobs are made, opened and removed relative to it.
+    base: Base,
 }
 
 impl V2 {
     pub(super) fn new(root: PathBuf) -> Self {
-        Self { root }
+        Self {
+            base: Base::new(root.clone()),
+            root,
+        }
     }
 
     /// What the parent lets this cgroup hand to its children (`cgroup.controllers`), plus
@@ -66,6 +74,8 @@ impl V2 {
             // One write for all: the kernel applies the whole list or none of it.
             files::write_value(&self.root.join("cgroup.subtree_control"), &enable.join(" "))?;
         }
+        // Held for the spawner's life, from its start: jobs are made relative to it.
+        self.base.dir()?;
         Ok(())
     }
 
@@ -92,29 +102,23 @@ impl V2 {
     }
 
     pub(super) fn create_job(&self, name: &str, limits: &Limits) -> Result<Job, CgroupError> {
-        let dir = self.root.join(name);
-        make_dir(&dir, false)?;
+        let root = self.base.dir()?;
+        root.mkdir(name)?;
         let made = (|| {
+            // O_RDONLY, not O_PATH: clone3 takes it for CLONE_INTO_CGROUP.
+            let dir = root.open_child(name, OFlag::O_RDONLY)?;
             write_limits(&dir, limits)?;
-            let fd = fcntl::open(
-                &dir,
-                OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-                Mode::empty(),
-            )
-            .map_err(|source| CgroupError::OpenDir {
-                path: dir.clone(),
-                source,
-            })?;
             Ok(Job {
-                procs: c_path(&dir.join("cgroup.procs")),
-                cpu_stat: dir.join("cpu.stat"),
+                procs: c_path(&dir.path().join("cgroup.procs")),
+                cpu_stat: dir.path().join("cpu.stat"),
                 counters: files::Counters::default(),
-                dir: dir.clone(),
-                fd,
+                root: Arc::clone(root),
+                name: name.to_owned(),
+                dir,
             })
         })();
         if made.is_err() {
-            drop(files::remove_dir(&dir));
+            drop(root.rmdir(name));
         }
         made
     }
@@ -140,33 +144,40 @@ impl V2 {
     }
 }
 
-fn write_limits(dir: &Path, limits: &Limits) -> Result<(), CgroupError> {
-    let require = |file: &str, controller| {
-        let path = dir.join(file);
-        if path.exists() {
-            Ok(path)
-        } else {
-            Err(CgroupError::MissingController { controller })
-        }
+fn write_limits(dir: &Dir, limits: &Limits) -> Result<(), CgroupError> {
+    let memory = limits.memory_bytes.to_string();
+    let pids = limits.pids.to_string();
+    let cpu = limits
+        .cpu_quota_us
+        .map(|quota| format!("{quota} {}", limits.cpu_period_us));
+    // Every controller the limits need, opened before anything is written: a missing file
+    // is a missing controller (fail closed).
+    let require = |file: &'static str, value: &str, controller| {
+        dir.open_file(file, OFlag::O_WRONLY | OFlag::O_TRUNC)
+            .map_err(|e| match e {
+                Errno::ENOENT => CgroupError::MissingController { controller },
+                e => dir.write_error(file, value, e.into()),
+            })
+            .map(|fd| (file, fd))
     };
-    let memory_max = require("memory.max", Controller::Memory)?;
-    let pids_max = require("pids.max", Controller::Pids)?;
-    let cpu_max = match limits.cpu_quota_us {
-        Some(quota) => Some((require("cpu.max", Controller::Cpu)?, quota)),
+    let memory_max = require("memory.max", &memory, Controller::Memory)?;
+    let pids_max = require("pids.max", &pids, Controller::Pids)?;
+    let cpu_max = match &cpu {
+        Some(value) => Some((require("cpu.max", value, Controller::Cpu)?, value)),
         None => None,
     };
+    let write = |(file, fd): (&'static str, OwnedFd), value: &str| {
+        files::write_fd(fd, value).map_err(|e| dir.write_error(file, value, e))
+    };
 
-    files::write_value(&memory_max, &limits.memory_bytes.to_string())?;
+    write(memory_max, &memory)?;
     // No swap for jobs; the file exists only with swap accounting (CONFIG_MEMCG_SWAP).
-    let swap_max = dir.join("memory.swap.max");
-    if swap_max.exists() {
-        files::write_value(&swap_max, "0")?;
-    }
+    dir.write_if_present("memory.swap.max", "0")?;
     // On OOM kill the whole job, not one process the job's init might survive.
-    files::write_value(&dir.join("memory.oom.group"), "1")?;
-    files::write_value(&pids_max, &limits.pids.to_string())?;
-    if let Some((cpu_max, quota)) = cpu_max {
-        files::write_value(&cpu_max, &format!("{quota} {}", limits.cpu_period_us))?;
+    dir.write("memory.oom.group", "1")?;
+    write(pids_max, &pids)?;
+    if let Some((cpu_max, value)) = cpu_max {
+        write(cpu_max, value)?;
     }
     Ok(())
 }
@@ -186,8 +197,12 @@ fn kill(dir: &Path) -> Result<(), CgroupError> {
 
 #[derive(Debug)]
 pub(super) struct Job {
-    dir: PathBuf,
-    fd: OwnedFd,
+    /// The delegated root, which holds the job's directory as `name`.
+    root: Arc<Dir>,
+    name: String,
+    /// The job's directory, opened `O_RDONLY` (clone3 takes it); its files are opened
+    /// relative to it.
+    dir: Dir,
     procs: CString,
     cpu_stat: PathBuf,
     counters: files::Counters,
@@ -195,15 +210,26 @@ pub(super) struct Job {
 
 impl Job {
     pub(super) fn path(&self) -> &Path {
-        &self.dir
+        self.dir.path()
     }
 
     pub(super) fn dir_fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
+        self.dir.fd()
     }
 
     pub(super) fn enter_self(&self) -> Result<(), CgroupError> {
         attach_self(&self.procs)
+    }
+
+    /// `cgroup.procs`, opened for writing (see `JobCgroup::attach_files`).
+    pub(super) fn attach_files(&self) -> Result<Vec<OwnedFd>, CgroupError> {
+        let fd = (self.dir.open_file("cgroup.procs", OFlag::O_WRONLY)).map_err(|source| {
+            CgroupError::Attach {
+                path: self.path().join("cgroup.procs"),
+                source,
+            }
+        })?;
+        Ok(vec![fd])
     }
 
     pub(super) fn cpu_usage_ns(&self) -> Result<u64, CgroupError> {
@@ -215,45 +241,61 @@ impl Job {
 
     /// Open the files `stats` reads (see [`files::Counters`]).
     pub(super) fn open_counters(&mut self) {
-        let paths = [
+        let files = [
             "memory.events",
             "memory.peak",
             "memory.current",
             "pids.events",
+            "cpu.stat",
         ]
-        .map(|f| self.dir.join(f))
-        .into_iter()
-        .chain([self.cpu_stat.clone()]);
-        self.counters = files::Counters::open(paths);
+        .map(|f| (&self.dir, f.to_owned()));
+        self.counters = files::Counters::open(files);
     }
 
     pub(super) fn stats(&self) -> Result<Stats, CgroupError> {
         let c = &self.counters;
-        let events = self.dir.join("memory.events");
+        let dir = self.path();
+        let events = dir.join("memory.events");
         // memory.peak arrived in 5.19; before it the best is the current usage.
-        let peak = self.dir.join("memory.peak");
+        let peak = dir.join("memory.peak");
         let peak = if c.exists(&peak) {
             peak
         } else {
-            self.dir.join("memory.current")
+            dir.join("memory.current")
         };
         Ok(Stats {
             cpu_usage_ns: self.cpu_usage_ns()?,
             peak_memory_bytes: c.read_u64(&peak)?,
             oom_kills: c.read_key(&events, "oom_kill")?,
-            pids_limit_hits: c.read_key(&self.dir.join("pids.events"), "max")?,
+            pids_limit_hits: c.read_key(&dir.join("pids.events"), "max")?,
             memory_limit_hits: c.read_key(&events, "max")?,
         })
     }
 
     pub(super) fn kill_all(&self) -> Result<(), CgroupError> {
-        kill(&self.dir)
+        kill(self.path())
     }
 
     pub(super) fn remove(self) -> Result<(), CgroupError> {
-        let Job { dir, fd, .. } = self;
-        drop(fd);
-        files::remove_tree(&dir)
+        let Job { dir, .. } = self;
+        let path = dir.path().to_path_buf();
+        drop(dir);
+        files::remove_tree(&path)
+    }
+
+    /// [`Job::kill_all`] then [`Job::remove`], without either when a first `rmdir`
+    /// succeeds: the kernel removes only a cgroup without tasks and without children.
+    pub(super) fn kill_and_remove(self) -> Result<(), CgroupError> {
+        let Job {
+            root, name, dir, ..
+        } = self;
+        let path = dir.path().to_path_buf();
+        drop(dir);
+        if root.try_rmdir(&name).is_ok() {
+            return Ok(());
+        }
+        let _ = kill(&path);
+        files::remove_tree(&path)
     }
 }
 
@@ -446,6 +488,25 @@ mod tests {
             }
         );
         job.remove().unwrap();
+    }
+
+    #[test]
+    fn kill_and_remove_takes_one_rmdir_or_kills_and_removes_the_tree() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = v2_root(tmp.path(), &["cpu", "memory", "pids"]);
+        let cg = Cgroups::v2_at(root.clone());
+        cg.setup().unwrap();
+        let job = cg.create_job("a", &LIMITS).unwrap();
+        assert_eq!(job.attach_files().unwrap().len(), 1);
+        job.kill_and_remove().unwrap();
+        assert!(!root.join("a").exists());
+        // A cgroup the job made below its own keeps the first rmdir from succeeding.
+        let job = cg.create_job("b", &LIMITS).unwrap();
+        fs::create_dir(root.join("b/inner")).unwrap();
+        fs::write(root.join("b/inner/cgroup.kill"), "").unwrap();
+        job.kill_and_remove().unwrap();
+        assert!(!root.join("b").exists());
+        assert!(root.join("daemon").is_dir());
     }
 
     #[test]
