@@ -36,7 +36,9 @@ def start_daemon(vivariumd, tmp, profiles, subtree, extra=""):
         time.sleep(0.05)
     d.kill()
     d.wait()
-    sys.exit(f"{vivariumd} did not come up (see {log})")
+    with open(log) as f:
+        tail = f.read()[-3000:]
+    sys.exit(f"{vivariumd} did not come up within 10 s; its log ({log}) ends:\n{tail}")
 
 
 def loops(clients, seconds, job):

@@ -387,6 +387,11 @@ def main():
             np_text = text.replace('args = ["-I", "-S"]', 'args = ["-I"]').replace(
                 'LANG = "C.UTF-8"', 'LANG = "C.UTF-8"\nOPENBLAS_NUM_THREADS = "1"')
             assert "OPENBLAS" in np_text
+            # Its packages from PyPI (bench_profiles dropped the section for `bench`).
+            np_text = np_text.replace("[env]", '[packages]\nenabled = true\n'
+                                      'index_url = "https://pypi.org/simple"\n'
+                                      'allow_hosts = ["files.pythonhosted.org"]\n\n[env]', 1)
+            assert "[packages]" in np_text
             with open(os.path.join(prof, "benchnp.toml"), "w") as f:
                 f.write(np_text)
             with open(os.path.join(prof, "benchnpwarm.toml"), "w") as f:
