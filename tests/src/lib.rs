@@ -186,6 +186,23 @@ pub fn evidence(c: &Collected) -> serde_json::Value {
         .unwrap_or_else(|| panic!("the probe printed no JSON evidence\n{}", describe(c)))
 }
 
+/// The isolation probes whose evidence a warm (or forked) job must share with a cold one,
+/// with their arguments: `canary`, a host file the `secrets` probe must not read, and
+/// `port`, a host listener the `network` probe must not reach.
+pub fn isolation_probes(canary: &Path, port: &str) -> Vec<(&'static str, Vec<String>)> {
+    let none = Vec::new;
+    vec![
+        ("identity", none()),
+        ("environment", none()),
+        ("fs_writes", none()),
+        ("procs", none()),
+        ("seccomp", none()),
+        ("storage", none()),
+        ("secrets", vec![canary.display().to_string()]),
+        ("network", vec![port.to_owned()]),
+    ]
+}
+
 /// Replace what legitimately differs between two sandboxes (namespace and pipe inode
 /// numbers, the per-job host ids) so that evidence can be compared as a whole.
 pub fn normalize_evidence(v: &Value) -> Value {

@@ -27,6 +27,12 @@ fn mark(c: &Collected) -> Option<String> {
         .map(str::to_owned)
 }
 
+/// The job ran cold, by the daemon's account and its interpreter's.
+fn assert_cold(c: &Collected) {
+    assert_eq!(c.sandbox, Some(SandboxStart::Cold), "{}", describe(c));
+    assert_eq!(mark(c).as_deref(), Some("COLD"), "{}", describe(c));
+}
+
 fn ready(c: &Collected) -> bool {
     matches!(c.sandbox, Some(SandboxStart::Ready { .. }))
 }
@@ -97,17 +103,7 @@ async fn the_default_profile_serves_from_ready_sandboxes_isolated_like_cold_jobs
         "{}",
         describe(&first)
     );
-    let probes: [(&str, Vec<&str>); 8] = [
-        ("identity", vec![]),
-        ("environment", vec![]),
-        ("fs_writes", vec![]),
-        ("procs", vec![]),
-        ("seccomp", vec![]),
-        ("storage", vec![]),
-        ("secrets", vec![canary.to_str().unwrap()]),
-        ("network", vec![port.as_str()]),
-    ];
-    for (name, args) in probes {
+    for (name, args) in vivarium_e2e::isolation_probes(&canary, &port) {
         let cold = daemon
             .run_job(&Job::new(probe(name)).profile("coldcopy").args(args.clone()))
             .await;
@@ -217,24 +213,12 @@ async fn a_job_with_tighter_memory_or_pids_runs_cold() {
     let done = daemon
         .run_job(&Job::new(balloon).memory_bytes(64 << 20))
         .await;
-    assert_eq!(
-        done.sandbox,
-        Some(SandboxStart::Cold),
-        "{}",
-        describe(&done)
-    );
-    assert_eq!(mark(&done).as_deref(), Some("COLD"));
+    assert_cold(&done);
     assert_eq!(done.outcome.reason, Reason::Oom, "{}", describe(&done));
     let done = daemon
         .run_job(&Job::new(format!("{MARK}pass\n")).pids(8))
         .await;
-    assert_eq!(
-        done.sandbox,
-        Some(SandboxStart::Cold),
-        "{}",
-        describe(&done)
-    );
-    assert_eq!(mark(&done).as_deref(), Some("COLD"));
+    assert_cold(&done);
     assert!(wait_until(Duration::from_secs(20), || pythons(&daemon)
         .len()
         >= FLOOR));

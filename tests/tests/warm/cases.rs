@@ -107,17 +107,7 @@ async fn a_warm_job_is_isolated_exactly_like_a_cold_one() {
     let port = listener.local_addr().unwrap().port().to_string();
     let daemon = start(2, 300);
     fill(&daemon, "hot", 2).await;
-    let probes: [(&str, Vec<&str>); 8] = [
-        ("identity", vec![]),
-        ("environment", vec![]),
-        ("fs_writes", vec![]),
-        ("procs", vec![]),
-        ("seccomp", vec![]),
-        ("storage", vec![]),
-        ("secrets", vec![canary.to_str().unwrap()]),
-        ("network", vec![port.as_str()]),
-    ];
-    for (name, args) in probes {
+    for (name, args) in vivarium_e2e::isolation_probes(&canary, &port) {
         let cold = daemon
             .run_job(&Job::new(probe(name)).args(args.clone()))
             .await;
