@@ -1,5 +1,6 @@
 """Helpers shared by the benchmarks in bench/ (run by hand, not in CI)."""
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -39,6 +40,22 @@ def start_daemon(vivariumd, tmp, profiles, subtree, extra=""):
     with open(log) as f:
         tail = f.read()[-3000:]
     sys.exit(f"{vivariumd} did not come up within 10 s; its log ({log}) ends:\n{tail}")
+
+
+def traced_jobs(job, trace, markers, jobs, gap_s):
+    """Run `job()` `jobs` times, `gap_s` apart, under `perf trace -a` on the syscalls
+    `markers` (written to `trace`); returns each run's own result (its latency)."""
+    tracer = subprocess.Popen(["perf", "trace", "-a", "-o", trace, "-e", markers],
+                              stderr=subprocess.DEVNULL)
+    time.sleep(2)  # perf attaches
+    latency = []
+    for _ in range(jobs):
+        latency.append(job())
+        time.sleep(gap_s)
+    time.sleep(0.3)
+    tracer.send_signal(signal.SIGINT)
+    tracer.wait()
+    return latency
 
 
 def loops(clients, seconds, job):

@@ -18,12 +18,11 @@ import re
 import shutil
 import signal
 import statistics
-import subprocess
 import tempfile
 import time
 from collections import defaultdict
 
-from common import start_daemon
+from common import start_daemon, traced_jobs
 from perf import ROOT, Library, bench_profiles
 
 MARKERS = ("connect,sendmsg,recvmsg,clone3,setgroups,mount,sethostname,clone,landlock_create_ruleset,seccomp,"
@@ -56,16 +55,7 @@ def main():
         lib = Library(os.path.join(args.target, "examples", "bench_client"), sock, "bench")
         for _ in range(10):
             lib()
-        tracer = subprocess.Popen(["perf", "trace", "-a", "-o", trace, "-e", MARKERS],
-                                  stderr=subprocess.DEVNULL)
-        time.sleep(2)
-        latency = []
-        for _ in range(args.jobs):
-            latency.append(lib())
-            time.sleep(0.01)
-        time.sleep(0.3)
-        tracer.send_signal(signal.SIGINT)
-        tracer.wait()
+        latency = traced_jobs(lib, trace, MARKERS, args.jobs, 0.01)
         jobs = []
         with open(trace) as f:
             for line in f:

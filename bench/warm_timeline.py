@@ -24,12 +24,11 @@ import re
 import shutil
 import signal
 import statistics
-import subprocess
 import tempfile
 import time
 from collections import defaultdict
 
-from common import start_daemon
+from common import start_daemon, traced_jobs
 from perf import ROOT, Library, spawner_pid
 
 MARKERS = ("connect,sendmsg,recvmsg,sendto,recvfrom,read,write,openat,clone3,clone,mount,execve,"
@@ -67,16 +66,7 @@ def main():
         for _ in range(10):
             lib()
             time.sleep(args.gap_ms / 1000)
-        tracer = subprocess.Popen(["perf", "trace", "-a", "-o", trace, "-e", MARKERS],
-                                  stderr=subprocess.DEVNULL)
-        time.sleep(2)
-        latency = []
-        for _ in range(args.jobs):
-            latency.append(lib())
-            time.sleep(args.gap_ms / 1000)
-        time.sleep(0.3)
-        tracer.send_signal(signal.SIGINT)
-        tracer.wait()
+        latency = traced_jobs(lib, trace, MARKERS, args.jobs, args.gap_ms / 1000)
         kinds = lib.kinds[10:]
         if args.keep_trace:
             shutil.copy(trace, args.keep_trace)
