@@ -414,6 +414,21 @@ impl Canaries {
         }
     }
 
+    /// A daemon's options for these canaries: `CONCURRENCY` slots and `queued` queue
+    /// places, the secret in its environment, the weakened test-only profiles beside
+    /// the shipped ones.
+    fn daemon_opts(&self, queued: usize) -> DaemonOpts {
+        let mut opts = DaemonOpts::default()
+            // The socket's permissions are not what keeps jobs out (they never see it).
+            .socket_mode("0666")
+            .slots(CONCURRENCY, queued)
+            .env("VIVARIUM_ATTACK_SECRET", &self.secret);
+        for (name, text) in self.weak_profiles() {
+            opts = opts.profile(&name, &text);
+        }
+        opts
+    }
+
     /// `--expose` for one exposure name: `SOURCE:TARGET[:rw]`. `real` is the test's
     /// own (unweakened) daemon, whose socket and state directory are exposed.
     fn exposure(&self, name: &str, real: &Daemon) -> String {
@@ -670,15 +685,7 @@ async fn escape_probes_are_blocked_and_their_detectors_work() {
     let os_py = "/usr/lib/python3.11/os.py";
     let os_py_before = std::fs::read(os_py).ok();
     let canaries = Canaries::plant();
-    let mut opts = DaemonOpts::default()
-        // The socket's permissions are not what keeps jobs out (they never see it).
-        .socket_mode("0666")
-        .slots(CONCURRENCY, 256)
-        .env("VIVARIUM_ATTACK_SECRET", &canaries.secret);
-    for (name, text) in canaries.weak_profiles() {
-        opts = opts.profile(&name, &text);
-    }
-    let daemon = Arc::new(Daemon::start(opts));
+    let daemon = Arc::new(Daemon::start(canaries.daemon_opts(256)));
     // A second name for the daemon's socket inside the canary directory, so that
     // daemon/socket_search meets it under weak-binds (best effort: same filesystem only).
     let _ = std::fs::hard_link(daemon.socket(), canaries.dir.path().join("vivariumd.sock"));
@@ -713,15 +720,7 @@ async fn escape_probes_are_blocked_and_their_detectors_work() {
     answers.extend(run_all(daemon.clone(), plan, None).await);
     // 1b. The shipped default's fast path: a daemon keeping warm pools, as shipped; every
     // probe of the default profile again, each in a sandbox taken ready from the pool.
-    let mut opts = DaemonOpts::default()
-        .warm_pools()
-        .socket_mode("0666")
-        .slots(CONCURRENCY, 256)
-        .env("VIVARIUM_ATTACK_SECRET", &canaries.secret);
-    for (name, text) in canaries.weak_profiles() {
-        opts = opts.profile(&name, &text);
-    }
-    let fast_daemon = Arc::new(Daemon::start(opts));
+    let fast_daemon = Arc::new(Daemon::start(canaries.daemon_opts(256).warm_pools()));
     let fast_args = canaries.args(&fast_daemon);
     let fast_plan: Vec<PlannedJob> = probes
         .iter()
@@ -762,14 +761,7 @@ async fn escape_probes_are_blocked_and_their_detectors_work() {
         for e in expose {
             args.extend(["--expose".to_owned(), weak.exposure(e, &daemon)]);
         }
-        let mut opts = DaemonOpts::default()
-            .socket_mode("0666")
-            .slots(CONCURRENCY, 64)
-            .env("VIVARIUM_ATTACK_SECRET", &weak.secret)
-            .weakened(&args);
-        for (name, text) in weak.weak_profiles() {
-            opts = opts.profile(&name, &text);
-        }
+        let opts = weak.daemon_opts(64).weakened(&args);
         let label = Proof::daemon_label(drop, expose);
         let weak_daemon = match Daemon::try_start(opts) {
             Ok(d) => Arc::new(d),
