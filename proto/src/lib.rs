@@ -48,7 +48,11 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
 ///
 /// 5 added `Event::Sandbox` (appended), sent to version-5 peers after `Started`: whether
 /// the job's sandbox was built for it, taken ready from a pool, or forked from a zygote.
-pub const PROTOCOL_VERSION: u32 = 5;
+///
+/// 6 added sessions (appended): `Request::{OpenSession, ExecCell, InterruptCell,
+/// CloseSession, ListSessions}`, `Event::{SessionOpened, CellFinished, Sessions,
+/// SessionClosed, SessionExpired, SessionAck}` and error codes 23-25.
+pub const PROTOCOL_VERSION: u32 = 6;
 
 /// The oldest protocol version this build still speaks.
 pub const MIN_PROTOCOL_VERSION: u32 = 1;

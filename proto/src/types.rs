@@ -28,6 +28,90 @@ pub enum Request {
     /// Protocol 4+: ask what each profile offers beyond [`ProfileInfo`] (whether its jobs
     /// can have packages); answered with [`Event::ProfileFeatures`].
     ListProfileFeatures,
+    /// Protocol 6+: open a session (one sandbox whose interpreter keeps its state between
+    /// cells); answered with [`Event::SessionOpened`] (after [`Event::Packages`] when it
+    /// has packages) or an error. Sessions outlive the connection that opened them.
+    OpenSession(Box<OpenSession>),
+    /// Protocol 6+: run one cell in a session. Its output streams as `Stdout`/`Stderr`
+    /// and it ends with [`Event::CellFinished`]; like a job, at most one per connection
+    /// at a time, and `Cancel` on this connection interrupts it. With `stdin`, the cell's
+    /// stdin follows as `Stdin`/`StdinEof` frames against credit, as for a job.
+    ExecCell(Box<ExecCell>),
+    /// Protocol 6+: interrupt the cell running in a session (from any connection of the
+    /// session's uid); answered with [`Event::SessionAck`].
+    InterruptCell(SessionHandle),
+    /// Protocol 6+: end a session; answered with [`Event::SessionClosed`].
+    CloseSession(SessionHandle),
+    /// Protocol 6+: the caller's own sessions; answered with [`Event::Sessions`].
+    ListSessions,
+}
+
+/// An opaque session handle, as the daemon made it (`vs_` and 64 hex digits: 128 random
+/// bits, the daemon instance and a tag binding it to its uid). Anything else is refused
+/// as not found.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct SessionHandle(pub String);
+
+impl std::fmt::Display for SessionHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// What a session is opened with (protocol 6+).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OpenSession {
+    pub profile: String,
+    /// Tighter than the profile's `[session]` limits; never looser.
+    pub limits: SessionLimitOverrides,
+    /// PEP 508 requirement strings for the session's environment (as `SubmitWith`).
+    pub packages: Vec<String>,
+}
+
+/// Per-session limits; `None` keeps the profile's `[session]` value.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionLimitOverrides {
+    /// The session ends after this long without a cell.
+    pub idle_ttl_ms: Option<u64>,
+    /// The session ends this long after it opened, whatever it does.
+    pub lifetime_ms: Option<u64>,
+    /// Each cell's wall limit (a cell may ask for less).
+    pub cell_wall_ms: Option<u64>,
+    /// CPU time over the whole session, all cells and whatever runs between them.
+    pub cpu_ms: Option<u64>,
+    /// The session's memory (its cgroup, for everything it holds).
+    pub memory_bytes: Option<u64>,
+    pub pids: Option<u32>,
+    /// Each cell's stdout and stderr cap.
+    pub output_bytes: Option<u64>,
+}
+
+/// A session's limits as in force (protocol 6+).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionLimits {
+    pub idle_ttl_ms: u64,
+    pub lifetime_ms: u64,
+    pub cell_wall_ms: u64,
+    pub cpu_ms: u64,
+    pub memory_bytes: u64,
+    /// Where the memory guard interrupts a cell (cgroup v2 `memory.high`); 0: no guard.
+    pub memory_guard_bytes: u64,
+    pub pids: u32,
+    pub output_bytes: u64,
+    /// How long a cell has to stop after its interrupt before the session is killed.
+    pub interrupt_grace_ms: u64,
+}
+
+/// One cell (protocol 6+).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecCell {
+    pub session: SessionHandle,
+    /// The cell's source (UTF-8), inline or in `CodeChunk` frames.
+    pub code: Code,
+    /// Whether stdin follows as `Stdin` frames; if false, the cell reads EOF.
+    pub stdin: bool,
+    /// A tighter wall limit for this cell than the session's `cell_wall_ms`.
+    pub wall_ms: Option<u64>,
 }
 
 /// A job plus the packages it needs (protocol 2+).
@@ -109,6 +193,156 @@ pub enum Event {
     ProfileFeatures(Vec<ProfileFeatures>),
     /// Protocol 5+: how the job's sandbox came to be (sent right after `Started`).
     Sandbox(SandboxStart),
+    /// Protocol 6+: the session is open.
+    SessionOpened(Box<SessionOpened>),
+    /// Protocol 6+: the cell is over (the last event for an `ExecCell`).
+    CellFinished(Box<CellOutcome>),
+    /// Protocol 6+: the answer to `ListSessions`: the caller's open sessions.
+    Sessions(Vec<SessionInfo>),
+    /// Protocol 6+: the answer to `CloseSession`: the session is over, as it ended.
+    SessionClosed(Box<SessionEnded>),
+    /// Protocol 6+: the answer to any request naming a session that has ended: why and
+    /// when (a typed expiry, rather than "not found"). A session that never existed, or
+    /// is another uid's, is `Error(SessionNotFound)` instead.
+    SessionExpired(Box<SessionEnded>),
+    /// Protocol 6+: the request about a session was done (`InterruptCell`).
+    SessionAck,
+}
+
+/// The answer to `OpenSession` (protocol 6+).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionOpened {
+    pub info: SessionInfo,
+    /// How its sandbox was made: `Ready` when it came from the profile's session pool.
+    pub sandbox: SandboxStart,
+}
+
+/// A session as it is now (protocol 6+).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionInfo {
+    pub handle: SessionHandle,
+    pub profile: String,
+    /// The session's sandbox (as in `Started`/`SandboxStart`).
+    pub sandbox_id: u64,
+    pub limits: SessionLimits,
+    pub age_ms: u64,
+    /// Since its last cell ended (0 while a cell runs).
+    pub idle_ms: u64,
+    /// When it ends if no cell comes: the sooner of its idle and lifetime ends, as Unix
+    /// time in milliseconds.
+    pub expires_at_unix_ms: u64,
+    /// The same, from now.
+    pub expires_in_ms: u64,
+    /// What ends it then: `IdleTimeout` or `Lifetime`.
+    pub expires_by: SessionEndReason,
+    pub memory_bytes: u64,
+    pub peak_memory_bytes: u64,
+    pub cells: u64,
+    pub cpu_ms: u64,
+    pub running: bool,
+    /// The packages of its environment (`name==version`), if it has one.
+    pub packages: Vec<String>,
+}
+
+/// Why a session ended (protocol 6+).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SessionEndReason {
+    /// `CloseSession`.
+    Closed,
+    /// No cell for `idle_ttl_ms`.
+    IdleTimeout,
+    /// `lifetime_ms` passed.
+    Lifetime,
+    /// The session used its whole CPU budget (`cpu_ms`).
+    CpuBudget,
+    /// The kernel's OOM killer ended it: the memory limit was reached (the guard, if
+    /// any, could not stop the cell in time).
+    Memory,
+    /// A cell did not stop within `interrupt_grace_ms` of its interrupt (it ignored
+    /// SIGINT, or was in a call that does not return to Python): the session was killed.
+    Unresponsive,
+    /// The interpreter exited (`os._exit`, a crash, a signal): `detail` says how.
+    Exited,
+    /// A syscall the seccomp filter kills on.
+    Seccomp,
+    /// The daemon ended it to keep idle sessions within `max_idle_session_bytes`.
+    IdleMemory,
+    /// The daemon shut down or was restarted: no session survives it.
+    DaemonRestarted,
+    /// Its sandbox failed; `detail` says where.
+    SandboxError,
+    /// An interrupted cell's session could not be told apart from a broken one (its
+    /// control link failed): ended rather than trusted.
+    LinkFailed,
+}
+
+/// A session's end (protocol 6+), also kept as its tombstone for a while.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionEnded {
+    pub handle: SessionHandle,
+    pub reason: SessionEndReason,
+    pub detail: String,
+    /// How long ago it ended (0 when just now).
+    pub ended_ms_ago: u64,
+    pub cells: u64,
+    pub cpu_ms: u64,
+    pub peak_memory_bytes: u64,
+    pub age_ms: u64,
+}
+
+/// How a cell ended (protocol 6+).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CellStatus {
+    /// It ran to its end.
+    Ok,
+    /// It raised; the session goes on.
+    Exception(CellException),
+    /// `InterruptCell` (or `Cancel`, or its client went away): KeyboardInterrupt landed
+    /// and the state is kept.
+    Interrupted,
+    /// Its wall limit passed: KeyboardInterrupt landed and the state is kept.
+    Timeout,
+    /// The session's memory reached its guard: the cell was interrupted before the
+    /// memory limit, and the state is kept.
+    MemoryGuard,
+    /// The session ended during the cell (the state is gone).
+    SessionEnded(Box<SessionEnded>),
+}
+
+/// An exception a cell raised (protocol 6+).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CellException {
+    /// e.g. `ValueError`, `json.decoder.JSONDecodeError`.
+    pub type_name: String,
+    pub message: String,
+    /// Formatted by `traceback`, starting in the cell's code (`<cell N>`); bounded.
+    pub traceback: String,
+    pub traceback_truncated: bool,
+}
+
+/// A cell's end (protocol 6+).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CellOutcome {
+    pub session: SessionHandle,
+    /// 1 for the session's first cell.
+    pub cell: u64,
+    pub status: CellStatus,
+    /// The `repr` of the cell's last expression, as IPython shows it (none for a
+    /// statement, a `None` value, or a trailing `;`); bounded.
+    pub value: Option<String>,
+    pub value_truncated: bool,
+    pub wall_ms: u64,
+    pub cpu_ms: u64,
+    /// The session's memory at the cell's end, and its peak so far.
+    pub memory_bytes: u64,
+    pub peak_memory_bytes: u64,
+    pub stdout_bytes: u64,
+    pub stderr_bytes: u64,
+    pub stdout_truncated: bool,
+    pub stderr_truncated: bool,
+    /// When the session ends if no cell follows (as `SessionInfo`); 0 once ended.
+    pub expires_at_unix_ms: u64,
+    pub expires_in_ms: u64,
 }
 
 /// How a job's sandbox was made (`Event::Sandbox`). Every kind has the same layers
@@ -140,6 +374,12 @@ impl Event {
             Event::StdinCredit(_) => "StdinCredit",
             Event::ProfileFeatures(_) => "ProfileFeatures",
             Event::Sandbox(_) => "Sandbox",
+            Event::SessionOpened(_) => "SessionOpened",
+            Event::CellFinished(_) => "CellFinished",
+            Event::Sessions(_) => "Sessions",
+            Event::SessionClosed(_) => "SessionClosed",
+            Event::SessionExpired(_) => "SessionExpired",
+            Event::SessionAck => "SessionAck",
         }
     }
 }
@@ -215,6 +455,13 @@ pub enum ErrorCode {
     InstallTimeout,
     /// Protocol 2+: the install failed for another reason (the message says why).
     InstallFailed,
+    /// Protocol 6+: no such session for this uid (never existed, or another uid's: the
+    /// same answer either way). An ended session is `Event::SessionExpired` instead.
+    SessionNotFound,
+    /// Protocol 6+: the session runs a cell already (one cell at a time).
+    SessionBusy,
+    /// Protocol 6+: the profile has no sessions (`[session] enabled = false`).
+    SessionsDisabled,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

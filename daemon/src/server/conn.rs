@@ -650,6 +650,31 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket, peer: Peer) {
                     r.stdin = None;
                 }
             }
+            (
+                Request::OpenSession(_)
+                | Request::ExecCell(_)
+                | Request::InterruptCell(_)
+                | Request::CloseSession(_)
+                | Request::ListSessions,
+                Some(v),
+            ) if v < 6 => {
+                send_error(
+                    &sock,
+                    ErrorCode::UnexpectedMessage,
+                    "sessions need protocol version 6",
+                )
+                .await;
+            }
+            (
+                Request::OpenSession(_)
+                | Request::ExecCell(_)
+                | Request::InterruptCell(_)
+                | Request::CloseSession(_)
+                | Request::ListSessions,
+                Some(_),
+            ) => {
+                send_error(&sock, ErrorCode::Internal, "sessions are not built yet").await;
+            }
             (Request::Cancel, Some(_)) => {
                 if let Some(r) = &running {
                     r.cancel.notify_one();
