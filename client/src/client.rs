@@ -6,14 +6,14 @@ use std::path::Path;
 use tokio::io::AsyncRead;
 use vivarium_proto::{Event, HelloAck, Outcome, ProfileInfo, Request};
 
-use crate::conn::{send, send_frame, unexpected, Conn, ConnState};
+use crate::conn::{send, unexpected, Conn, ConnState};
 use crate::job::{Job, JobEvent, JobHandle, Stream};
 use crate::{default_client_name, ClientError, Result};
 
 /// One connection to `vivariumd`, past the hello.
 #[derive(Debug)]
 pub struct Client {
-    conn: Conn,
+    pub(crate) conn: Conn,
 }
 
 /// What [`Client::run_collect`] returns: the outcome and every output byte, in order.
@@ -59,19 +59,15 @@ impl Client {
 
     /// The profiles the daemon knows, each with whether this host can enforce it.
     pub async fn list_profiles(&mut self) -> Result<Vec<ProfileInfo>> {
-        let conn = &mut self.conn;
-        conn.begin()?;
-        let result = async {
-            send(&conn.sock, &Request::ListProfiles).await?;
-            conn.await_hello().await?;
-            match conn.recv().await? {
-                Event::Profiles(profiles) => Ok(profiles),
-                Event::Error(e) => Err(ClientError::Refused(e)),
-                other => Err(unexpected("the profile list", &other)),
-            }
-        }
-        .await;
-        conn.settle(result)
+        self.ask(
+            &Request::ListProfiles,
+            "the profile list",
+            |event| match event {
+                Event::Profiles(profiles) => Ok(Some(profiles)),
+                other => Err(other),
+            },
+        )
+        .await
     }
 
     /// What each profile offers beyond [`ProfileInfo`] (whether its jobs can have
@@ -83,14 +79,39 @@ impl Client {
         if self.hello().await?.version < 4 {
             return Ok(None);
         }
+        let request = Request::ListProfileFeatures;
+        self.ask(&request, "the profile features", |event| match event {
+            Event::ProfileFeatures(features) => Ok(Some(Some(features))),
+            other => Err(other),
+        })
+        .await
+    }
+
+    /// Send `request` and read its one answer. `answer` picks it from the events:
+    /// `Ok(Some(_))` is the answer, `Ok(None)` an event to pass over, `Err(event)` one that
+    /// makes no sense here (a protocol error naming `wanted`). `Error` and
+    /// `SessionExpired` are the daemon's refusals, whatever was asked.
+    pub(crate) async fn ask<T>(
+        &mut self,
+        request: &Request,
+        wanted: &str,
+        mut answer: impl FnMut(Event) -> Result<Option<T>, Event>,
+    ) -> Result<T> {
         let conn = &mut self.conn;
         conn.begin()?;
         let result = async {
-            send(&conn.sock, &Request::ListProfileFeatures).await?;
-            match conn.recv().await? {
-                Event::ProfileFeatures(features) => Ok(Some(features)),
-                Event::Error(e) => Err(ClientError::Refused(e)),
-                other => Err(unexpected("the profile features", &other)),
+            send(&conn.sock, request).await?;
+            conn.await_hello().await?;
+            loop {
+                match conn.recv().await? {
+                    Event::Error(e) => return Err(ClientError::Refused(e)),
+                    Event::SessionExpired(ended) => return Err(ClientError::SessionExpired(ended)),
+                    event => match answer(event) {
+                        Ok(Some(value)) => return Ok(value),
+                        Ok(None) => {}
+                        Err(other) => return Err(unexpected(wanted, &other)),
+                    },
+                }
             }
         }
         .await;
@@ -113,26 +134,9 @@ impl Client {
                 )));
             }
         }
-        let conn = &mut self.conn;
-        conn.begin()?;
-        let frames = match crate::job::submit_frames(job, stdin.is_some()) {
-            Ok(frames) => frames,
-            Err(e) => {
-                // Nothing was sent: the connection is still in step.
-                conn.state = ConnState::Ready;
-                return Err(e.into());
-            }
-        };
-        for frame in &frames {
-            if let Err(e) = send_frame(&conn.sock, frame).await {
-                // The daemon may have refused the job and closed before taking every chunk:
-                // its reason beats our EPIPE.
-                let e = conn.refusal_after_send_error().await.unwrap_or(e);
-                conn.break_conn();
-                return Err(e);
-            }
-        }
-        Ok(JobHandle::new(conn, stdin))
+        let frames = crate::job::submit_frames(job, stdin.is_some());
+        let core = crate::exchange::start(&mut self.conn, frames, stdin).await?;
+        Ok(JobHandle::new(core))
     }
 
     /// Run `job` to its end, handing each output chunk to `on_output` as it arrives.

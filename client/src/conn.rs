@@ -123,15 +123,14 @@ impl Conn {
         }
     }
 
-    /// End a request: refusals leave the connection in step, other errors break it.
+    /// End a request: the daemon's answers (a refusal, a session's expiry) leave the
+    /// connection in step, other errors break it.
     pub(crate) fn settle<T>(&mut self, result: Result<T>) -> Result<T> {
         match &result {
+            Err(e) if !e.keeps_connection() => self.break_conn(),
             // (A refused hello has broken the connection: it stays so.)
-            Ok(_) | Err(ClientError::Refused(_)) if !matches!(self.state, ConnState::Broken) => {
-                self.state = ConnState::Ready
-            }
-            Ok(_) | Err(ClientError::Refused(_)) => {}
-            Err(_) => self.break_conn(),
+            _ if matches!(self.state, ConnState::Broken) => {}
+            _ => self.state = ConnState::Ready,
         }
         result
     }

@@ -1,21 +1,13 @@
 //! A job: what to run ([`Job`]), and the handle that streams its events ([`JobHandle`]).
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Weak};
-
-use tokio::io::{AsyncRead, AsyncReadExt};
-use tokio_seqpacket::UnixSeqpacket;
 use vivarium_proto::{
-    encode, Code, Event, FrameError, JobSpec, LimitOverrides, Outcome, PackagesReport, Request,
-    SandboxStart, SubmitWith, MAX_PAYLOAD_CHUNK,
+    Event, FrameError, JobSpec, LimitOverrides, Outcome, PackagesReport, Request, SandboxStart,
+    SubmitWith,
 };
 
-use crate::conn::{recv_event, send, send_frame, unexpected, Conn, ConnState};
+use crate::conn::unexpected;
+use crate::exchange::{code_frames, Canceller, Exchange};
 use crate::{ClientError, Result};
-
-/// Scripts up to this size go inline in the `Submit` frame; larger ones follow in
-/// `CodeChunk` frames. The margin leaves room for the profile name, arguments and limits.
-pub(crate) const INLINE_CODE_MAX: usize = MAX_PAYLOAD_CHUNK - 1024;
 
 /// A Python job to submit: the script, its arguments, the profile and tighter limits.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,8 +93,7 @@ impl Job {
 /// The frames that submit `job`: one `Submit`, then `CodeChunk`s when the code does not fit
 /// inline. Every frame is at most `MAX_FRAME` bytes.
 pub(crate) fn submit_frames(job: &Job, stdin: bool) -> Result<Vec<Vec<u8>>, FrameError> {
-    let code = job.code.as_bytes();
-    let spec = |code| {
+    code_frames(job.code.as_bytes(), |code| {
         let spec = JobSpec {
             profile: job.profile.clone(),
             code,
@@ -118,21 +109,7 @@ pub(crate) fn submit_frames(job: &Job, stdin: bool) -> Result<Vec<Vec<u8>>, Fram
                 packages: job.packages.clone(),
             }))
         }
-    };
-    if code.len() <= INLINE_CODE_MAX {
-        match encode(&spec(Code::Inline(code.to_vec()))) {
-            Ok(frame) => return Ok(vec![frame]),
-            // Long arguments crowd the code out of the frame: send it chunked instead.
-            Err(FrameError::Oversize { .. }) => {}
-            Err(e) => return Err(e),
-        }
-    }
-    let len = code.len() as u64;
-    let mut frames = vec![encode(&spec(Code::Chunked { len }))?];
-    for piece in code.chunks(MAX_PAYLOAD_CHUNK) {
-        frames.push(encode(&Request::CodeChunk(piece.to_vec()))?);
-    }
-    Ok(frames)
+    })
 }
 
 /// Which output stream a chunk belongs to.
@@ -156,31 +133,14 @@ pub enum JobEvent {
     Finished(Box<Outcome>),
 }
 
-/// Where a handle's job stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
-    Running,
-    /// Finished or refused; the connection is free for the next request.
-    Ended,
-    /// An error broke the connection; the daemon kills the job.
-    Failed,
-}
-
 /// A submitted job. Await [`JobHandle::next_event`] until it returns `Finished` (or a
 /// refusal); the job's stdin, if any, is streamed meanwhile.
 ///
 /// Dropping the handle before the job has ended closes the connection, which makes the
 /// daemon kill the job; the [`crate::Client`] is then unusable.
 pub struct JobHandle<'c> {
-    conn: &'c mut Conn,
-    stdin: Option<StdinPump<'c>>,
+    core: Exchange<'c>,
     job_id: Option<u64>,
-    phase: Phase,
-    /// True while a `Cancel` would still reach this job; shared with [`Canceller`]s.
-    active: Arc<AtomicBool>,
-    /// Set by the first cancel: no more stdin is sent (the daemon reads a connection no
-    /// faster than its job reads stdin, so stdin would hold the `Cancel` up).
-    cancelling: Arc<AtomicBool>,
     /// The job's package environment, once the daemon has reported it.
     packages: Option<PackagesReport>,
     /// How the job's sandbox was made (protocol 5+), once the daemon has said.
@@ -188,17 +148,10 @@ pub struct JobHandle<'c> {
 }
 
 impl<'c> JobHandle<'c> {
-    pub(crate) fn new<R>(conn: &'c mut Conn, stdin: Option<R>) -> JobHandle<'c>
-    where
-        R: AsyncRead + Unpin + Send + 'c,
-    {
+    pub(crate) fn new(core: Exchange<'c>) -> JobHandle<'c> {
         JobHandle {
-            conn,
-            stdin: stdin.map(|r| StdinPump::new(Box::new(r))),
+            core,
             job_id: None,
-            phase: Phase::Running,
-            active: Arc::new(AtomicBool::new(true)),
-            cancelling: Arc::new(AtomicBool::new(false)),
             packages: None,
             sandbox: None,
         }
@@ -227,26 +180,13 @@ impl<'c> JobHandle<'c> {
     /// Cancel-safe: it can be a branch of `tokio::select!` (e.g. against ctrl-c) without
     /// losing events or stdin bytes.
     pub async fn next_event(&mut self) -> Result<Option<JobEvent>> {
-        match self.phase {
-            Phase::Running => {}
-            Phase::Ended => return Ok(None),
-            Phase::Failed => return Err(ClientError::Unusable),
+        if !self.core.running()? {
+            return Ok(None);
         }
-        match self.next_event_inner().await {
-            Ok(event) => {
-                if matches!(event, JobEvent::Finished(_)) {
-                    self.end(Phase::Ended);
-                }
-                Ok(Some(event))
-            }
-            Err(e) => {
-                self.end(match e {
-                    ClientError::Refused(_) => Phase::Ended,
-                    _ => Phase::Failed,
-                });
-                Err(e)
-            }
-        }
+        let event = self.next_event_inner().await;
+        self.core
+            .settle(event, |e| matches!(e, JobEvent::Finished(_)))
+            .map(Some)
     }
 
     /// Ask the daemon to kill the job; its `Finished` (reason `Cancelled`) still follows.
@@ -256,44 +196,18 @@ impl<'c> JobHandle<'c> {
     /// instance with a [`Canceller`] in another task), or a job blocked on its output can
     /// hold it up.
     pub async fn cancel(&self) -> Result<bool> {
-        cancel(&self.active, &self.cancelling, &self.conn.sock).await
+        self.core.cancel().await
     }
 
     /// A cloneable, `'static` way to cancel this job from another task. It does not keep the
     /// connection open, and does nothing once this job has ended.
     pub fn canceller(&self) -> Canceller {
-        Canceller {
-            sock: Arc::downgrade(&self.conn.sock),
-            active: Arc::clone(&self.active),
-            cancelling: Arc::clone(&self.cancelling),
-        }
+        self.core.canceller()
     }
 
     async fn next_event_inner(&mut self) -> Result<JobEvent> {
-        // The hello's answer, if this connection's first request was this job.
-        self.conn.await_hello().await?;
-        let conn = &mut *self.conn;
-        // Protocol 3+: stdin goes against the daemon's credit.
-        if let Some(pump) = self.stdin.as_mut().filter(|p| p.credit.is_none()) {
-            if conn.hello.as_ref().is_some_and(|ack| ack.version >= 3) {
-                pump.credit = Some(0);
-            }
-        }
         let event = loop {
-            let pumping = !self.cancelling.load(Ordering::SeqCst);
-            let event = match self.stdin.as_mut().filter(|p| pumping && p.ready()) {
-                Some(pump) => tokio::select! {
-                    event = recv_event(&conn.sock, &mut conn.buf) => event?,
-                    step = pump.step(&conn.sock) => { step?; continue; }
-                },
-                None => recv_event(&conn.sock, &mut conn.buf).await?,
-            };
-            match event {
-                Event::StdinCredit(n) => {
-                    if let Some(c) = self.stdin.as_mut().and_then(|p| p.credit.as_mut()) {
-                        *c = c.saturating_add(n);
-                    }
-                }
+            match self.core.recv().await? {
                 // Reported before `Started`; kept on the handle rather than an event.
                 Event::Packages(report) if self.job_id.is_none() && self.packages.is_none() => {
                     self.packages = Some(report);
@@ -326,140 +240,23 @@ impl<'c> JobHandle<'c> {
             other => Err(unexpected("Queued, Started, Finished or Error", &other)),
         }
     }
-
-    fn end(&mut self, phase: Phase) {
-        self.phase = phase;
-        self.active.store(false, Ordering::SeqCst);
-        self.stdin = None;
-        match phase {
-            // (A refused hello has broken the connection: it stays so.)
-            Phase::Ended if !matches!(self.conn.state, ConnState::Broken) => {
-                self.conn.state = ConnState::Ready
-            }
-            Phase::Ended => {}
-            Phase::Failed => self.conn.break_conn(),
-            Phase::Running => {}
-        }
-    }
-}
-
-impl Drop for JobHandle<'_> {
-    fn drop(&mut self) {
-        if self.phase == Phase::Running {
-            // Abandoned mid-job: closing the socket is the one way to stop the job that
-            // cannot race with its events.
-            self.end(Phase::Failed);
-        }
-    }
 }
 
 impl std::fmt::Debug for JobHandle<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("JobHandle")
             .field("job_id", &self.job_id)
-            .field("phase", &self.phase)
-            .field("stdin", &self.stdin.as_ref().map(|p| p.finished))
+            .field("phase", &self.core.phase)
+            .field("stdin", &self.core.stdin_open())
             .finish()
-    }
-}
-
-/// Cancels one job from anywhere (see [`JobHandle::canceller`]).
-#[derive(Debug, Clone)]
-pub struct Canceller {
-    sock: Weak<UnixSeqpacket>,
-    active: Arc<AtomicBool>,
-    cancelling: Arc<AtomicBool>,
-}
-
-impl Canceller {
-    /// Send `Cancel` if the job is still running; returns whether it was sent.
-    pub async fn cancel(&self) -> Result<bool> {
-        match self.sock.upgrade() {
-            Some(sock) => cancel(&self.active, &self.cancelling, &sock).await,
-            None => Ok(false),
-        }
-    }
-}
-
-async fn cancel(
-    active: &AtomicBool,
-    cancelling: &AtomicBool,
-    sock: &UnixSeqpacket,
-) -> Result<bool> {
-    if !active.load(Ordering::SeqCst) {
-        return Ok(false);
-    }
-    cancelling.store(true, Ordering::SeqCst);
-    send(sock, &Request::Cancel).await?;
-    Ok(true)
-}
-
-/// Streams a reader to the daemon as `Stdin` frames, then `StdinEof`.
-///
-/// `step` is cancel-safe, so it can race `recv` in a `select!`: a chunk that has been read
-/// but not yet sent waits in `pending` for the next step.
-struct StdinPump<'r> {
-    reader: Box<dyn AsyncRead + Unpin + Send + 'r>,
-    chunk: Vec<u8>,
-    pending: Option<Vec<u8>>,
-    eof: bool,
-    finished: bool,
-    /// Protocol 3+: stdin bytes the daemon will still take (`StdinCredit`); `None`: an
-    /// older daemon, which takes stdin without credit.
-    credit: Option<u64>,
-}
-
-impl<'r> StdinPump<'r> {
-    fn new(reader: Box<dyn AsyncRead + Unpin + Send + 'r>) -> StdinPump<'r> {
-        StdinPump {
-            reader,
-            chunk: vec![0; MAX_PAYLOAD_CHUNK],
-            pending: None,
-            eof: false,
-            finished: false,
-            credit: None,
-        }
-    }
-
-    /// Whether a step can make progress: a frame is waiting, or there is credit to read.
-    fn ready(&self) -> bool {
-        !self.finished && (self.pending.is_some() || self.credit.is_none_or(|c| c > 0))
-    }
-
-    async fn step(&mut self, sock: &UnixSeqpacket) -> Result<()> {
-        if self.pending.is_none() {
-            let room = self
-                .credit
-                .map_or(self.chunk.len(), |c| self.chunk.len().min(c as usize));
-            let n = self
-                .reader
-                .read(&mut self.chunk[..room])
-                .await
-                .map_err(|source| ClientError::Stdin { source })?;
-            if let Some(c) = self.credit.as_mut() {
-                *c -= n as u64;
-            }
-            let request = if n == 0 {
-                self.eof = true;
-                Request::StdinEof
-            } else {
-                Request::Stdin(self.chunk[..n].to_vec())
-            };
-            self.pending = Some(encode(&request)?);
-        }
-        if let Some(frame) = &self.pending {
-            send_frame(sock, frame).await?;
-            self.pending = None;
-            self.finished = self.eof;
-        }
-        Ok(())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use vivarium_proto::{decode, MAX_FRAME};
+    use crate::exchange::INLINE_CODE_MAX;
+    use vivarium_proto::{decode, Code, MAX_FRAME, MAX_PAYLOAD_CHUNK};
 
     fn decode_all(frames: &[Vec<u8>]) -> Vec<Request> {
         frames

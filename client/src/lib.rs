@@ -16,6 +16,27 @@
 //! # Ok(()) }
 //! ```
 //!
+//! Sessions (protocol 6): [`Client::open_session`] starts an interpreter that keeps its
+//! state between cells; [`Client::exec_cell`] (or [`Client::exec_cell_collect`]) runs one
+//! cell in it, [`Client::list_sessions`], [`Client::interrupt_cell`] and
+//! [`Client::close_session`] manage them. A session is named by its [`SessionHandle`] and
+//! outlives the connection that opened it; once it has ended, every request naming it
+//! fails with [`ClientError::SessionExpired`], which says why.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), vivarium_client::ClientError> {
+//! use vivarium_client::{resolve_socket_path, Cell, Client, SessionSpec};
+//!
+//! let mut client = Client::connect(resolve_socket_path(None)).await?;
+//! let opened = client.open_session(&SessionSpec::new().idle_ttl_ms(600_000)).await?;
+//! let handle = opened.info.handle;
+//! client.exec_cell_collect(&Cell::new(handle.clone(), "x = 6 * 7"), None).await?;
+//! let done = client.exec_cell_collect(&Cell::new(handle.clone(), "x"), None).await?;
+//! assert_eq!(done.outcome.value.as_deref(), Some("42"));
+//! client.close_session(&handle).await?;
+//! # Ok(()) }
+//! ```
+//!
 //! Cancellation: [`JobHandle::cancel`] (or a [`Canceller`] from [`JobHandle::canceller`],
 //! usable from another task) sends `Cancel`; the job's `Finished` event still follows.
 //! Dropping a [`JobHandle`] before its job has ended closes the connection, which makes the
@@ -24,24 +45,35 @@
 
 mod client;
 mod conn;
+mod exchange;
 mod job;
 mod outcome;
+mod session;
 mod socket_path;
 
 use std::path::PathBuf;
 
 pub use client::{Client, Collected};
-pub use job::{Canceller, Job, JobEvent, JobHandle, Stream};
+pub use exchange::Canceller;
+pub use job::{Job, JobEvent, JobHandle, Stream};
 pub use outcome::{
     exit_code_for, format_bytes, format_ms, is_abnormal, limit_name, summary_line, verbose_report,
-    EXIT_CANCELLED, EXIT_OOM, EXIT_OUTPUT_LIMIT, EXIT_PIDS, EXIT_REFUSED, EXIT_TIMEOUT,
+    EXIT_CANCELLED, EXIT_OOM, EXIT_OUTPUT_LIMIT, EXIT_PIDS, EXIT_REFUSED, EXIT_SESSION_ENDED,
+    EXIT_TIMEOUT,
+};
+pub use session::{
+    cell_exit_code, describe_end, end_reason_text, format_duration, Cell, CellEvent, CellHandle,
+    CollectedCell, SessionSpec, SESSION_PROTOCOL,
 };
 pub use socket_path::{
     default_socket_path, effective_uid, resolve_socket_path, socket_path_from, SOCKET_ENV,
 };
 /// The wire crate, re-exported so users need not depend on it separately.
 pub use vivarium_proto as proto;
-pub use vivarium_proto::{LimitOverrides, Outcome, ProfileInfo};
+pub use vivarium_proto::{
+    CellOutcome, CellStatus, LimitOverrides, Outcome, ProfileInfo, SessionEnded, SessionHandle,
+    SessionInfo, SessionLimitOverrides, SessionOpened,
+};
 
 /// Everything that can go wrong talking to the daemon.
 #[derive(Debug, thiserror::Error)]
@@ -67,6 +99,15 @@ pub enum ClientError {
     /// step; connect again.
     #[error("the connection is unusable after an interrupted request or error; reconnect")]
     Unusable,
+    /// The session named has ended (its state is gone): why and when, from the daemon's
+    /// tombstone. A session that never existed, or is another uid's, is
+    /// `Refused(SessionNotFound)` instead.
+    #[error("{}", session::expired_message(.0))]
+    SessionExpired(Box<proto::SessionEnded>),
+    /// The daemon speaks a protocol older than sessions ([`SESSION_PROTOCOL`]); nothing
+    /// was sent.
+    #[error("sessions need protocol version {SESSION_PROTOCOL}; the daemon speaks {version}: upgrade vivariumd")]
+    SessionsUnsupported { version: u32 },
     /// Reading the job's stdin source failed; the job was abandoned (and so killed).
     #[error("cannot read the job's stdin")]
     Stdin {
@@ -88,6 +129,25 @@ impl ClientError {
             ClientError::Refused(e) => Some(e.code),
             _ => None,
         }
+    }
+
+    /// How the session ended, when the request named one that has.
+    pub fn session_ended(&self) -> Option<&proto::SessionEnded> {
+        match self {
+            ClientError::SessionExpired(ended) => Some(ended),
+            _ => None,
+        }
+    }
+
+    /// Whether the daemon answered (a refusal, an expired session) or nothing was sent, so
+    /// the conversation is still in step and the connection usable.
+    pub(crate) fn keeps_connection(&self) -> bool {
+        matches!(
+            self,
+            ClientError::Refused(_)
+                | ClientError::SessionExpired(_)
+                | ClientError::SessionsUnsupported { .. }
+        )
     }
 }
 

@@ -15,6 +15,9 @@ pub const EXIT_OUTPUT_LIMIT: i32 = 123;
 /// The sandbox could not be built, the daemon refused the job, or `viv` itself failed
 /// (as `timeout(1)` and `docker run` use 125).
 pub const EXIT_REFUSED: i32 = 125;
+/// The session has ended (`viv exec`, `viv repl`): it expired before the cell, or ended
+/// during it; its state is gone.
+pub const EXIT_SESSION_ENDED: i32 = 120;
 /// Cancelled (ctrl-c): 128 + SIGINT.
 pub const EXIT_CANCELLED: i32 = 130;
 
