@@ -8,8 +8,10 @@ use std::path::PathBuf;
 use tokio::task::JoinHandle;
 use tokio_seqpacket::{UnixSeqpacket, UnixSeqpacketListener};
 use vivarium_client::proto::{
-    decode, encode, Code, ErrorCode, Event, ExitStatus, HelloAck, Isolation, JobSpec, Outcome,
-    Reason, Request, Usage, WireError, MAX_FRAME, PROTOCOL_VERSION,
+    decode, encode, CellOutcome, CellStatus, Code, ErrorCode, Event, ExecCell, ExitStatus,
+    HelloAck, Isolation, JobSpec, Outcome, Reason, Request, SandboxStart, SessionEndReason,
+    SessionEnded, SessionHandle, SessionInfo, SessionLimits, SessionOpened, Usage, WireError,
+    MAX_FRAME, PROTOCOL_VERSION,
 };
 
 /// The daemon side of one connection.
@@ -47,8 +49,13 @@ impl Conn {
 
     /// Answer the hello as `fake/0`.
     pub async fn ack_hello(&mut self) {
+        self.ack_hello_version(PROTOCOL_VERSION).await;
+    }
+
+    /// Answer the hello as a daemon that speaks only up to `version`.
+    pub async fn ack_hello_version(&mut self, version: u32) {
         self.send(Event::HelloAck(HelloAck {
-            version: PROTOCOL_VERSION,
+            version,
             daemon: "fake/0".into(),
             peer_uid: 1000,
         }))
@@ -61,7 +68,31 @@ impl Conn {
             Some(Request::Submit(spec)) => spec,
             other => panic!("expected submit, got {other:?}"),
         };
-        let code = match &spec.code {
+        let code = self.code(&spec.code).await;
+        if spec.stdin {
+            // As vivariumd on protocol 3: the stdin credit of a job's queue.
+            self.send(Event::StdinCredit(STDIN_CREDIT)).await;
+        }
+        (spec, code)
+    }
+
+    /// Read an `ExecCell` and, for chunked code, its chunks; give the first stdin credit
+    /// when it has stdin, as for a job.
+    pub async fn exec_cell(&mut self) -> (ExecCell, Vec<u8>) {
+        let cell = match self.recv().await {
+            Some(Request::ExecCell(cell)) => *cell,
+            other => panic!("expected ExecCell, got {other:?}"),
+        };
+        let code = self.code(&cell.code).await;
+        if cell.stdin {
+            self.send(Event::StdinCredit(STDIN_CREDIT)).await;
+        }
+        (cell, code)
+    }
+
+    /// The code of a request: inline, or read from its `CodeChunk`s.
+    async fn code(&mut self, code: &Code) -> Vec<u8> {
+        match code {
             Code::Inline(code) => code.clone(),
             Code::Chunked { len } => {
                 let mut code = Vec::new();
@@ -74,13 +105,83 @@ impl Conn {
                 assert_eq!(code.len() as u64, *len);
                 code
             }
-        };
-        if spec.stdin {
-            // As vivariumd on protocol 3: the stdin credit of a job's queue.
-            self.send(Event::StdinCredit(STDIN_CREDIT)).await;
         }
-        (spec, code)
     }
+}
+
+/// A well-formed session handle (`vs_` and 64 hex digits), different per `n`.
+pub fn handle(n: u8) -> SessionHandle {
+    SessionHandle(format!("vs_{}", format!("{n:02x}").repeat(32)))
+}
+
+pub fn session_info(handle: SessionHandle) -> SessionInfo {
+    SessionInfo {
+        handle,
+        profile: "default".into(),
+        sandbox_id: 17,
+        limits: SessionLimits {
+            idle_ttl_ms: 600_000,
+            lifetime_ms: 3_600_000,
+            cell_wall_ms: 30_000,
+            cpu_ms: 600_000,
+            memory_bytes: 512 << 20,
+            memory_guard_bytes: 480 << 20,
+            pids: 64,
+            output_bytes: 1 << 20,
+            interrupt_grace_ms: 2_000,
+        },
+        age_ms: 125_000,
+        idle_ms: 5_000,
+        expires_at_unix_ms: 1_800_000_000_000,
+        expires_in_ms: 595_000,
+        expires_by: SessionEndReason::IdleTimeout,
+        memory_bytes: 30 << 20,
+        peak_memory_bytes: 45 << 20,
+        cells: 4,
+        cpu_ms: 1_500,
+        running: false,
+        packages: vec![],
+    }
+}
+
+pub fn session_opened(handle: SessionHandle) -> Event {
+    Event::SessionOpened(Box::new(SessionOpened {
+        info: session_info(handle),
+        sandbox: SandboxStart::Ready { sandbox_id: 17 },
+    }))
+}
+
+pub fn cell_outcome(session: SessionHandle, cell: u64, status: CellStatus) -> Box<CellOutcome> {
+    Box::new(CellOutcome {
+        session,
+        cell,
+        status,
+        value: None,
+        value_truncated: false,
+        wall_ms: 3,
+        cpu_ms: 2,
+        memory_bytes: 30 << 20,
+        peak_memory_bytes: 45 << 20,
+        stdout_bytes: 0,
+        stderr_bytes: 0,
+        stdout_truncated: false,
+        stderr_truncated: false,
+        expires_at_unix_ms: 1_800_000_000_000,
+        expires_in_ms: 600_000,
+    })
+}
+
+pub fn session_ended(handle: SessionHandle, reason: SessionEndReason) -> Box<SessionEnded> {
+    Box::new(SessionEnded {
+        handle,
+        reason,
+        detail: String::new(),
+        ended_ms_ago: 2_000,
+        cells: 4,
+        cpu_ms: 1_500,
+        peak_memory_bytes: 45 << 20,
+        age_ms: 725_000,
+    })
 }
 
 /// The first stdin credit the fake gives (the daemon's per-job stdin queue).
