@@ -62,8 +62,8 @@ pub use outcome::{
     EXIT_TIMEOUT,
 };
 pub use session::{
-    cell_exit_code, describe_end, end_reason_text, format_duration, Cell, CellEvent, CellHandle,
-    CollectedCell, SessionSpec, SESSION_PROTOCOL,
+    cell_exit_code, describe_end, end_reason_text, expired_message, format_duration, Cell,
+    CellEvent, CellHandle, CollectedCell, SessionSpec, SESSION_PROTOCOL,
 };
 pub use socket_path::{
     default_socket_path, effective_uid, resolve_socket_path, socket_path_from, SOCKET_ENV,

@@ -389,7 +389,7 @@ pub fn describe_end(ended: &SessionEnded) -> String {
 }
 
 /// [`ClientError::SessionExpired`]'s message: the end, and how to go on.
-pub(crate) fn expired_message(ended: &SessionEnded) -> String {
+pub fn expired_message(ended: &SessionEnded) -> String {
     format!(
         "{}; its state is gone: open a new session to start again",
         describe_end(ended)

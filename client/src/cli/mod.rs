@@ -1,9 +1,12 @@
 //! The `viv` command line: arguments, dispatch, and error reporting at the edge.
 
 mod doctor;
+mod exec;
 mod parse;
 mod profiles;
+mod repl;
 mod run;
+mod session;
 
 use std::path::PathBuf;
 
@@ -42,6 +45,124 @@ enum Command {
     },
     /// Check what this kernel offers for sandboxing, and whether the daemon is reachable.
     Doctor,
+    /// Sessions: sandboxed interpreters that keep their state between cells.
+    Session {
+        #[command(subcommand)]
+        command: SessionCommand,
+    },
+    /// Run a cell in a session: stream its output, print its last expression's value, exit
+    /// with a code for how it ended.
+    Exec(ExecArgs),
+    /// An interactive Python prompt backed by a new session (closed on ctrl-d).
+    Repl(ReplArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum SessionCommand {
+    /// Open a session; prints its handle (for `viv exec`) on stdout.
+    New {
+        #[command(flatten)]
+        opts: SessionOpts,
+        /// Print the session's info as JSON instead of its handle.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List your open sessions.
+    Ls {
+        /// Print the sessions as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// End a session (its state is gone); prints how it ended.
+    Close {
+        /// The session's handle (`vs_...`).
+        #[arg(value_name = "HANDLE")]
+        handle: String,
+        /// Print how it ended as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// What a new session is opened with (`viv session new`, `viv repl`).
+#[derive(Debug, Args)]
+pub(crate) struct SessionOpts {
+    /// The profile to open it under (its `[session]` table must enable sessions).
+    #[arg(long, default_value = "default")]
+    profile: String,
+
+    /// Install this PyPI package (a PEP 508 requirement) into the session's environment
+    /// first; repeatable.
+    #[arg(long = "with", value_name = "REQUIREMENT")]
+    with: Vec<String>,
+
+    /// End the session after this many seconds without a cell.
+    #[arg(long, value_name = "SECS", value_parser = parse::parse_secs_to_ms)]
+    ttl: Option<u64>,
+
+    /// End the session this many seconds after it opened, whatever it does.
+    #[arg(long, value_name = "SECS", value_parser = parse::parse_secs_to_ms)]
+    lifetime: Option<u64>,
+
+    /// Each cell's wall-clock limit in seconds.
+    #[arg(long, value_name = "SECS", value_parser = parse::parse_secs_to_ms)]
+    cell_timeout: Option<u64>,
+
+    /// CPU time over the whole session, in seconds.
+    #[arg(long, value_name = "SECS", value_parser = parse::parse_secs_to_ms)]
+    cpu: Option<u64>,
+
+    /// The session's memory limit, e.g. 256M.
+    #[arg(long, value_name = "SIZE", value_parser = parse::parse_size)]
+    memory: Option<u64>,
+
+    /// Limit on the session's processes and threads.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pids: Option<u32>,
+
+    /// Each cell's output cap per stream, e.g. 1M.
+    #[arg(long, value_name = "SIZE", value_parser = parse::parse_size)]
+    output: Option<u64>,
+}
+
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Exit status: 0 ok; 1 the cell raised (traceback on stderr); 124 wall \
+limit; 121 memory guard; 130 interrupted; 120 the session has ended (before or during the \
+cell); 125 refused (not found, busy), or viv failed."
+)]
+pub struct ExecArgs {
+    /// The session's handle (`vs_...`, from `viv session new`).
+    #[arg(value_name = "HANDLE")]
+    handle: String,
+
+    /// The cell's code, or `-` to read it from stdin.
+    #[arg(value_name = "FILE")]
+    file: PathBuf,
+
+    /// Send this file as the cell's stdin (otherwise it reads EOF).
+    #[arg(long, value_name = "PATH")]
+    stdin: Option<PathBuf>,
+
+    /// The cell's wall-clock limit in seconds (tighter than the session's).
+    #[arg(long, value_name = "SECS", value_parser = parse::parse_secs_to_ms)]
+    wall: Option<u64>,
+
+    /// Print the cell's outcome, with stdout and stderr as strings, as one JSON object at
+    /// the end instead of streaming the output.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(
+    after_help = "A line ending with ':' opens a block that an empty line ends; open \
+brackets, triple quotes and a trailing backslash continue the input. History: \
+$XDG_STATE_HOME/vivarium/repl_history (default ~/.local/state/vivarium/repl_history)."
+)]
+pub struct ReplArgs {
+    #[command(flatten)]
+    opts: SessionOpts,
 }
 
 /// Exit codes: the script's own, or 124 timeout/cpu, 121 oom, 122 pids, 123 output limit,
@@ -135,6 +256,9 @@ async fn dispatch(cli: Cli) -> i32 {
         Command::Run(args) => run::run(&socket, args, cli.verbose).await,
         Command::Profiles { json } => profiles::profiles(&socket, json).await,
         Command::Doctor => doctor::doctor(&socket, cli.verbose).await,
+        Command::Session { command } => session::session(&socket, command).await,
+        Command::Exec(args) => exec::exec(&socket, args).await,
+        Command::Repl(args) => repl::repl(&socket, args).await,
     }
 }
 

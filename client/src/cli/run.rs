@@ -6,16 +6,16 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::signal::unix::{signal, SignalKind};
-use vivarium_client::proto::{ErrorCode, PackagesReport, Reason, SandboxStart};
+use vivarium_client::proto::{ErrorCode, PackagesReport, Reason, SandboxStart, SessionEnded};
 use vivarium_client::{
-    exit_code_for, is_abnormal, summary_line, verbose_report, Client, ClientError, Job, JobEvent,
-    Outcome, Stream, EXIT_CANCELLED, EXIT_REFUSED,
+    exit_code_for, is_abnormal, summary_line, verbose_report, Canceller, Client, ClientError, Job,
+    JobEvent, Outcome, Stream, EXIT_CANCELLED, EXIT_REFUSED, EXIT_SESSION_ENDED,
 };
 
 use super::{report_error, RunArgs};
 
 /// 128 + SIGPIPE: our stdout reader went away.
-const EXIT_SIGPIPE: i32 = 141;
+pub(crate) const EXIT_SIGPIPE: i32 = 141;
 
 /// Where the job's stdin comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,7 +65,7 @@ fn stdin_has_nothing_to_forward() -> bool {
 pub(crate) fn code_to_string(name: &str, bytes: Vec<u8>) -> Result<String, String> {
     String::from_utf8(bytes).map_err(|e| {
         format!(
-            "{name} is not valid UTF-8 (first bad byte at offset {}); the script must be UTF-8",
+            "{name} is not valid UTF-8 (first bad byte at offset {}); code must be UTF-8",
             e.utf8_error().valid_up_to()
         )
     })
@@ -89,8 +89,11 @@ struct JsonRun<'a> {
 
 /// What `--json` prints when there is no outcome.
 #[derive(Debug, Serialize)]
-struct JsonFailure {
+struct JsonFailure<'a> {
     error: JsonErrorBody,
+    /// How the session ended, when the request named one that has.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    session_ended: Option<&'a SessionEnded>,
     exit_code: i32,
 }
 
@@ -105,32 +108,12 @@ pub(crate) async fn run(socket: &Path, args: RunArgs, verbose: bool) -> i32 {
     let json = args.json;
     match run_inner(socket, args, verbose).await {
         Ok(code) => code,
-        Err(failure) => {
-            match &failure {
-                Failure::Local(message) => eprintln!("viv: {message}"),
-                Failure::Client(e) => report_error(e),
-            }
-            if json {
-                print_json(&JsonFailure {
-                    error: JsonErrorBody {
-                        code: match &failure {
-                            Failure::Client(e) => e.refusal_code(),
-                            Failure::Local(_) => None,
-                        },
-                        message: match &failure {
-                            Failure::Client(e) => super::error_chain(e),
-                            Failure::Local(m) => m.clone(),
-                        },
-                    },
-                    exit_code: EXIT_REFUSED,
-                });
-            }
-            EXIT_REFUSED
-        }
+        Err(failure) => report_failure(&failure, json),
     }
 }
 
-enum Failure {
+/// Why a command has no result: something here, or the client library.
+pub(crate) enum Failure {
     Local(String),
     Client(ClientError),
 }
@@ -141,24 +124,65 @@ impl From<ClientError> for Failure {
     }
 }
 
-async fn run_inner(socket: &Path, args: RunArgs, verbose: bool) -> Result<i32, Failure> {
-    let code_from_stdin = args.file.as_os_str() == "-";
-    let name = args.file.display().to_string();
-    let code = if code_from_stdin {
+/// Report a failure on stderr (and as JSON on stdout with `json`); returns the exit code:
+/// [`EXIT_SESSION_ENDED`] for a session that has ended, [`EXIT_REFUSED`] otherwise.
+pub(crate) fn report_failure(failure: &Failure, json: bool) -> i32 {
+    let session_ended = match failure {
+        Failure::Client(e) => e.session_ended(),
+        Failure::Local(_) => None,
+    };
+    let exit_code = if session_ended.is_some() {
+        EXIT_SESSION_ENDED
+    } else {
+        EXIT_REFUSED
+    };
+    match failure {
+        Failure::Local(message) => eprintln!("viv: {message}"),
+        Failure::Client(e) => report_error(e),
+    }
+    if json {
+        print_json(&JsonFailure {
+            error: JsonErrorBody {
+                code: match failure {
+                    Failure::Client(e) => e.refusal_code(),
+                    Failure::Local(_) => None,
+                },
+                message: match failure {
+                    Failure::Client(e) => super::error_chain(e),
+                    Failure::Local(m) => m.clone(),
+                },
+            },
+            session_ended,
+            exit_code,
+        });
+    }
+    exit_code
+}
+
+/// Read code from `file`, or from viv's stdin for `-`; `what` names it in messages
+/// (`script`, `cell`).
+pub(crate) async fn read_code(file: &Path, what: &str) -> Result<String, Failure> {
+    if file.as_os_str() == "-" {
         let mut code = Vec::new();
         tokio::io::stdin()
             .read_to_end(&mut code)
             .await
-            .map_err(|e| Failure::Local(format!("cannot read the script from stdin: {e}")))?;
-        code_to_string("the script on stdin", code)
+            .map_err(|e| Failure::Local(format!("cannot read the {what} from stdin: {e}")))?;
+        code_to_string(&format!("the {what} on stdin"), code)
     } else {
         // A plain read: nothing else runs yet, and tokio::fs would start a blocking
         // thread just for this.
-        let code = std::fs::read(&args.file)
-            .map_err(|e| Failure::Local(format!("cannot read {name}: {e}")))?;
+        let name = file.display().to_string();
+        let code =
+            std::fs::read(file).map_err(|e| Failure::Local(format!("cannot read {name}: {e}")))?;
         code_to_string(&name, code)
     }
-    .map_err(Failure::Local)?;
+    .map_err(Failure::Local)
+}
+
+async fn run_inner(socket: &Path, args: RunArgs, verbose: bool) -> Result<i32, Failure> {
+    let code_from_stdin = args.file.as_os_str() == "-";
+    let code = read_code(&args.file, "script").await?;
 
     let stdin_choice = choose_stdin(
         code_from_stdin,
@@ -256,7 +280,7 @@ async fn drive(
                 }
                 cancelled = true;
                 eprintln!("viv: cancelling the job (ctrl-c again to quit now)");
-                cancel_aside(&handle);
+                cancel_aside(handle.canceller());
                 continue;
             }
         };
@@ -273,7 +297,7 @@ async fn drive(
                     // Our stdout is gone (`viv run x.py | head`): stop the job, as the
                     // SIGPIPE it would get outside the sandbox would.
                     cancelled = true;
-                    cancel_aside(&handle);
+                    cancel_aside(handle.canceller());
                 }
             }
             Some(JobEvent::Finished(outcome)) => {
@@ -301,27 +325,26 @@ fn sandbox_line(start: SandboxStart) -> String {
     }
 }
 
-/// Send the job's `Cancel` from a task of its own and go on reading events: the send
+/// Send the job's (or cell's) `Cancel` from a task of its own and go on reading events: the send
 /// can wait behind stdin the job has not read (docs/protocol.md, flow control), and a job
 /// blocked on output nobody reads would never read it. (A failed send needs no report:
 /// the connection is then gone, and the daemon kills the job for that.)
-fn cancel_aside(handle: &vivarium_client::JobHandle<'_>) {
-    let canceller = handle.canceller();
+pub(crate) fn cancel_aside(canceller: Canceller) {
     tokio::spawn(async move {
         let _ = canceller.cancel().await;
     });
 }
 
 /// Where output goes: straight to viv's stdout/stderr, or collected for `--json`.
-struct Sink {
+pub(crate) struct Sink {
     collect: bool,
-    stdout: Vec<u8>,
-    stderr: Vec<u8>,
-    stdout_closed: bool,
+    pub(crate) stdout: Vec<u8>,
+    pub(crate) stderr: Vec<u8>,
+    pub(crate) stdout_closed: bool,
 }
 
 impl Sink {
-    fn new(collect: bool) -> Sink {
+    pub(crate) fn new(collect: bool) -> Sink {
         Sink {
             collect,
             stdout: Vec::new(),
@@ -331,7 +354,7 @@ impl Sink {
     }
 
     /// Write or collect a chunk; returns true when stdout has just become unwritable.
-    fn write(&mut self, stream: Stream, bytes: &[u8]) -> bool {
+    pub(crate) fn write(&mut self, stream: Stream, bytes: &[u8]) -> bool {
         match (self.collect, stream) {
             (true, Stream::Stdout) => self.stdout.extend_from_slice(bytes),
             (true, Stream::Stderr) => self.stderr.extend_from_slice(bytes),
@@ -356,7 +379,7 @@ impl Sink {
     }
 }
 
-fn print_json<T: Serialize>(value: &T) {
+pub(crate) fn print_json<T: Serialize>(value: &T) {
     match serde_json::to_string_pretty(value) {
         Ok(text) => println!("{text}"),
         Err(e) => eprintln!("viv: cannot encode the result as JSON: {e}"),
@@ -437,6 +460,7 @@ mod tests {
                 code: Some(ErrorCode::Busy),
                 message: "busy".into(),
             },
+            session_ended: None,
             exit_code: 125,
         })
         .unwrap();
