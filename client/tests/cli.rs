@@ -309,3 +309,416 @@ async fn closed_stdout_cancels_the_job() {
     assert!(out.stderr.is_empty(), "{out:?}");
     daemon.await.unwrap();
 }
+
+// Sessions: `viv session new|ls|close`, `viv exec`, `viv repl`.
+
+use common::{cell_outcome, handle, session_ended, session_info, session_opened};
+use vivarium_client::proto::{CellException, CellStatus, SessionEndReason};
+
+fn handle_arg(n: u8) -> String {
+    handle(n).0
+}
+
+#[tokio::test]
+async fn session_new_prints_the_handle_and_sends_the_limits() {
+    let (_dir, path, daemon) = serve(|mut c| async move {
+        c.hello().await;
+        let Some(Request::OpenSession(open)) = c.recv().await else {
+            panic!("expected OpenSession")
+        };
+        assert_eq!(open.profile, "data");
+        assert_eq!(open.packages, ["numpy>=2", "pandas"]);
+        assert_eq!(open.limits.idle_ttl_ms, Some(60_000));
+        assert_eq!(open.limits.lifetime_ms, Some(600_000));
+        assert_eq!(open.limits.memory_bytes, Some(256 << 20));
+        assert_eq!(open.limits.cell_wall_ms, Some(5_000));
+        assert_eq!(open.limits.cpu_ms, None);
+        c.send(session_opened(handle(1))).await;
+    });
+    let args = [
+        "session",
+        "new",
+        "--profile",
+        "data",
+        "--with",
+        "numpy>=2",
+        "--with",
+        "pandas",
+        "--ttl",
+        "60",
+        "--lifetime",
+        "600",
+        "--memory",
+        "256M",
+        "--cell-timeout",
+        "5",
+    ];
+    let out = run(viv(&path, &args), None).await;
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(text(&out.stdout), format!("{}\n", handle_arg(1)));
+    assert!(
+        text(&out.stderr).contains("ends after 10m00s idle"),
+        "{out:?}"
+    );
+    daemon.await.unwrap();
+}
+
+#[tokio::test]
+async fn session_new_json_prints_the_session_info() {
+    let (_dir, path, daemon) = serve(|mut c| async move {
+        c.hello().await;
+        assert!(matches!(c.recv().await, Some(Request::OpenSession(_))));
+        c.send(session_opened(handle(1))).await;
+    });
+    let out = run(viv(&path, &["session", "new", "--json"]), None).await;
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["handle"], handle_arg(1));
+    assert_eq!(v["profile"], "default");
+    assert_eq!(v["limits"]["idle_ttl_ms"], 600_000);
+    assert_eq!(v["expires_by"], "IdleTimeout");
+    assert_eq!(v["sandbox"]["Ready"]["sandbox_id"], 17);
+    assert!(out.stderr.is_empty(), "{out:?}");
+    daemon.await.unwrap();
+}
+
+#[tokio::test]
+async fn session_new_on_a_profile_without_sessions_exits_125() {
+    let (_dir, path, daemon) = serve(|mut c| async move {
+        c.hello().await;
+        assert!(matches!(c.recv().await, Some(Request::OpenSession(_))));
+        c.send(refusal(ErrorCode::SessionsDisabled)).await;
+    });
+    let out = run(viv(&path, &["session", "new", "--json"]), None).await;
+    assert_eq!(out.status.code(), Some(125), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["error"]["code"], "SessionsDisabled");
+    assert_eq!(v["exit_code"], 125);
+    daemon.await.unwrap();
+}
+
+/// The cell's output streams, then its value is printed as a REPL would.
+#[tokio::test]
+async fn exec_streams_the_output_and_prints_the_value() {
+    let (dir, path, daemon) = serve(|mut c| async move {
+        c.hello().await;
+        let (cell, code) = c.exec_cell().await;
+        assert_eq!(cell.session, handle(1));
+        assert_eq!(code, b"print('out'); 6 * 7");
+        assert!(!cell.stdin);
+        assert_eq!(cell.wall_ms, None);
+        c.send(Event::Stdout(b"out\n".to_vec())).await;
+        c.send(Event::Stderr(b"err\n".to_vec())).await;
+        let mut done = cell_outcome(handle(1), 2, CellStatus::Ok);
+        done.value = Some("42".into());
+        c.send(Event::CellFinished(done)).await;
+        assert_eq!(c.recv().await, None);
+    });
+    let file = script(dir.path(), "print('out'); 6 * 7");
+    let mut cmd = viv(&path, &["exec", &handle_arg(1)]);
+    cmd.arg(&file);
+    let out = run(cmd, None).await;
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(text(&out.stdout), "out\n42\n");
+    assert_eq!(text(&out.stderr), "err\n");
+    daemon.await.unwrap();
+}
+
+/// `viv exec H -`: the code from stdin; `--stdin FILE` for the cell's stdin, `--wall`.
+#[tokio::test]
+async fn exec_reads_code_from_stdin_and_sends_the_cells_stdin() {
+    let (dir, path, daemon) = serve(|mut c| async move {
+        c.hello().await;
+        let (cell, code) = c.exec_cell().await;
+        assert_eq!(code, b"import sys; sys.stdin.read()\n");
+        assert!(cell.stdin);
+        assert_eq!(cell.wall_ms, Some(1_500));
+        let mut input = Vec::new();
+        loop {
+            match c.recv().await {
+                Some(Request::Stdin(bytes)) => input.extend_from_slice(&bytes),
+                Some(Request::StdinEof) => break,
+                other => panic!("expected stdin, got {other:?}"),
+            }
+        }
+        let mut done = cell_outcome(handle(1), 1, CellStatus::Ok);
+        done.value = Some(format!("{:?}", text(&input)));
+        c.send(Event::CellFinished(done)).await;
+    });
+    let input = dir.path().join("in.txt");
+    std::fs::write(&input, "hello").unwrap();
+    let mut cmd = viv(&path, &["exec", "--wall", "1.5", "--stdin"]);
+    cmd.arg(&input).args([&handle_arg(1), "-"]);
+    let out = run(cmd, Some(b"import sys; sys.stdin.read()\n".to_vec())).await;
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(text(&out.stdout), "\"hello\"\n");
+    daemon.await.unwrap();
+}
+
+#[tokio::test]
+async fn an_exception_exits_1_with_its_traceback_on_stderr() {
+    let (dir, path, daemon) = serve(|mut c| async move {
+        c.hello().await;
+        c.exec_cell().await;
+        let exception = CellException {
+            type_name: "ZeroDivisionError".into(),
+            message: "division by zero".into(),
+            traceback: "Traceback (most recent call last):\n  File \"<cell 1>\", line 1, in <module>\nZeroDivisionError: division by zero\n".into(),
+            traceback_truncated: false,
+        };
+        c.send(Event::CellFinished(cell_outcome(
+            handle(1),
+            1,
+            CellStatus::Exception(exception),
+        )))
+        .await;
+    });
+    let file = script(dir.path(), "1/0");
+    let mut cmd = viv(&path, &["exec", &handle_arg(1)]);
+    cmd.arg(&file);
+    let out = run(cmd, None).await;
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(out.stdout.is_empty(), "{out:?}");
+    assert!(text(&out.stderr).starts_with("Traceback (most recent call last):\n"));
+    assert!(text(&out.stderr).ends_with("ZeroDivisionError: division by zero\n"));
+    daemon.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_timed_out_cell_exits_124_and_says_the_state_is_kept() {
+    let (dir, path, daemon) = serve(|mut c| async move {
+        c.hello().await;
+        c.exec_cell().await;
+        c.send(Event::CellFinished(cell_outcome(
+            handle(1),
+            5,
+            CellStatus::Timeout,
+        )))
+        .await;
+    });
+    let file = script(dir.path(), "while True: pass");
+    let mut cmd = viv(&path, &["exec", &handle_arg(1)]);
+    cmd.arg(&file);
+    let out = run(cmd, None).await;
+    assert_eq!(out.status.code(), Some(124), "{out:?}");
+    assert!(text(&out.stderr).contains("cell 5 timed out"), "{out:?}");
+    assert!(text(&out.stderr).contains("state is kept"), "{out:?}");
+    daemon.await.unwrap();
+}
+
+/// An ended session has its own exit code, and the message says why and what to do.
+#[tokio::test]
+async fn an_expired_session_exits_120_and_says_why() {
+    for json in [false, true] {
+        let (dir, path, daemon) = serve(|mut c| async move {
+            c.hello().await;
+            c.exec_cell().await;
+            c.send(Event::SessionExpired(session_ended(
+                handle(1),
+                SessionEndReason::IdleTimeout,
+            )))
+            .await;
+        });
+        let file = script(dir.path(), "x");
+        let mut cmd = viv(&path, &["exec", &handle_arg(1)]);
+        if json {
+            cmd.arg("--json");
+        }
+        cmd.arg(&file);
+        let out = run(cmd, None).await;
+        assert_eq!(out.status.code(), Some(120), "{out:?}");
+        assert!(
+            text(&out.stderr).contains("idle for longer than its TTL"),
+            "{out:?}"
+        );
+        assert!(text(&out.stderr).contains("open a new session"), "{out:?}");
+        if json {
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            assert_eq!(v["exit_code"], 120);
+            assert_eq!(v["error"]["code"], serde_json::Value::Null);
+            assert_eq!(v["session_ended"]["reason"], "IdleTimeout");
+        }
+        daemon.await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn an_unknown_session_exits_125() {
+    let (dir, path, daemon) = serve(|mut c| async move {
+        c.hello().await;
+        c.exec_cell().await;
+        c.send(refusal(ErrorCode::SessionNotFound)).await;
+    });
+    let file = script(dir.path(), "x");
+    let mut cmd = viv(&path, &["exec", "vs_nope"]);
+    cmd.arg(&file);
+    let out = run(cmd, None).await;
+    assert_eq!(out.status.code(), Some(125), "{out:?}");
+    assert!(text(&out.stderr).contains("SessionNotFound"), "{out:?}");
+    daemon.await.unwrap();
+}
+
+#[tokio::test]
+async fn exec_json_prints_the_cell_outcome() {
+    let (dir, path, daemon) = serve(|mut c| async move {
+        c.hello().await;
+        c.exec_cell().await;
+        c.send(Event::Stdout(b"a\n".to_vec())).await;
+        let mut done = cell_outcome(handle(1), 3, CellStatus::Ok);
+        done.value = Some("'v'".into());
+        c.send(Event::CellFinished(done)).await;
+    });
+    let file = script(dir.path(), "print('a'); 'v'");
+    let mut cmd = viv(&path, &["exec", "--json", &handle_arg(1)]);
+    cmd.arg(&file);
+    let out = run(cmd, None).await;
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["session"], handle_arg(1));
+    assert_eq!(v["cell"], 3);
+    assert_eq!(v["status"], "Ok");
+    assert_eq!(v["value"], "'v'");
+    assert_eq!(v["stdout"], "a\n");
+    assert_eq!(v["exit_code"], 0);
+    assert!(out.stderr.is_empty(), "{out:?}");
+    daemon.await.unwrap();
+}
+
+#[tokio::test]
+async fn ctrl_c_interrupts_the_cell_and_exits_130() {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let (dir, path, daemon) = serve(|mut c| async move {
+        c.hello().await;
+        c.exec_cell().await;
+        tx.send(()).unwrap();
+        assert_eq!(c.recv().await, Some(Request::Cancel));
+        c.send(Event::CellFinished(cell_outcome(
+            handle(1),
+            2,
+            CellStatus::Interrupted,
+        )))
+        .await;
+    });
+    let file = script(dir.path(), "while True: pass");
+    let mut cmd = viv(&path, &["exec", &handle_arg(1)]);
+    cmd.arg(&file).stdin(Stdio::null());
+    let child = cmd.spawn().unwrap();
+    rx.await.unwrap();
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(130), "{out:?}");
+    assert!(
+        text(&out.stderr).contains("interrupting the cell"),
+        "{out:?}"
+    );
+    assert!(text(&out.stderr).contains("cell 2 interrupted"), "{out:?}");
+    daemon.await.unwrap();
+}
+
+#[tokio::test]
+async fn session_ls_prints_a_table_or_json() {
+    for json in [false, true] {
+        let (_dir, path, daemon) = serve(|mut c| async move {
+            c.hello().await;
+            assert_eq!(c.recv().await, Some(Request::ListSessions));
+            let mut busy = session_info(handle(2));
+            busy.running = true;
+            busy.expires_by = SessionEndReason::Lifetime;
+            c.send(Event::Sessions(vec![session_info(handle(1)), busy]))
+                .await;
+        });
+        let args: &[&str] = if json {
+            &["session", "ls", "--json"]
+        } else {
+            &["session", "ls"]
+        };
+        let out = run(viv(&path, args), None).await;
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        if json {
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            assert_eq!(v[0]["handle"], handle_arg(1));
+            assert_eq!(v[1]["running"], true);
+        } else {
+            let lines: Vec<&str> = text(&out.stdout).lines().collect();
+            assert_eq!(lines.len(), 3, "{out:?}");
+            assert!(lines[0].starts_with("HANDLE"), "{out:?}");
+            for col in [
+                "PROFILE",
+                "AGE",
+                "IDLE",
+                "EXPIRES IN",
+                "MEMORY",
+                "CELLS",
+                "CPU",
+            ] {
+                assert!(lines[0].contains(col), "{col} in {:?}", lines[0]);
+            }
+            assert!(lines[1].contains("9m55s (idle)"), "{out:?}");
+            assert!(lines[1].contains("30M/45M"), "{out:?}");
+            assert!(lines[2].contains("running"), "{out:?}");
+            assert!(lines[2].contains("(lifetime)"), "{out:?}");
+        }
+        daemon.await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn session_close_prints_how_it_ended() {
+    let (_dir, path, daemon) = serve(|mut c| async move {
+        c.hello().await;
+        assert_eq!(c.recv().await, Some(Request::CloseSession(handle(1))));
+        let mut ended = session_ended(handle(1), SessionEndReason::Closed);
+        ended.ended_ms_ago = 0;
+        c.send(Event::SessionClosed(ended)).await;
+    });
+    let out = run(viv(&path, &["session", "close", &handle_arg(1)]), None).await;
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(
+        text(&out.stdout),
+        format!(
+            "session {} ended: it was closed (4 cells, 1.5s of cpu, peak memory 45M, age 12m05s)\n",
+            handle_arg(1)
+        )
+    );
+    daemon.await.unwrap();
+}
+
+/// The REPL over a pipe: each complete block is one cell (an indented block ends with an
+/// empty line), values are printed, and end of input closes the session.
+#[tokio::test]
+async fn the_repl_runs_blocks_as_cells_and_closes_the_session_at_eof() {
+    let (dir, path, daemon) = serve(|mut c| async move {
+        c.hello().await;
+        assert!(matches!(c.recv().await, Some(Request::OpenSession(_))));
+        c.send(session_opened(handle(1))).await;
+        let cells: [&[u8]; 3] = [b"x = 1\n", b"def f():\n    return x + 1\n\n", b"f()\n"];
+        for (i, want) in cells.into_iter().enumerate() {
+            let (cell, code) = c.exec_cell().await;
+            assert_eq!(cell.session, handle(1));
+            assert_eq!(text(&code), text(want));
+            let mut done = cell_outcome(handle(1), i as u64 + 1, CellStatus::Ok);
+            done.value = (i == 2).then(|| "2".into());
+            c.send(Event::CellFinished(done)).await;
+        }
+        assert_eq!(c.recv().await, Some(Request::CloseSession(handle(1))));
+        let mut ended = session_ended(handle(1), SessionEndReason::Closed);
+        ended.ended_ms_ago = 0;
+        c.send(Event::SessionClosed(ended)).await;
+    });
+    let mut cmd = viv(&path, &["repl"]);
+    cmd.env("XDG_STATE_HOME", dir.path());
+    let input = b"x = 1\ndef f():\n    return x + 1\n\nf()\n".to_vec();
+    let out = run(cmd, Some(input)).await;
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(text(&out.stdout).contains('2'), "{out:?}");
+    assert!(text(&out.stderr).contains("it was closed"), "{out:?}");
+    let history = std::fs::read_to_string(dir.path().join("vivarium/repl_history")).unwrap();
+    assert!(history.contains("f()"), "{history}");
+    daemon.await.unwrap();
+}
