@@ -53,6 +53,20 @@ async fn started(c: &Conn, job_id: u64) {
     .await;
 }
 
+/// Start `cmd`, send it SIGINT once `ready` fires, and wait for it.
+async fn ctrl_c_when(mut cmd: Command, ready: tokio::sync::oneshot::Receiver<()>) -> Output {
+    let child = cmd.stdin(Stdio::null()).spawn().unwrap();
+    ready.await.unwrap();
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
+        .await
+        .unwrap()
+}
+
 fn text(bytes: &[u8]) -> &str {
     std::str::from_utf8(bytes).unwrap()
 }
@@ -186,14 +200,7 @@ async fn piped_stdin_is_forwarded() {
         let (spec, _) = c.submit().await;
         assert!(spec.stdin);
         started(&c, 2).await;
-        let mut input = Vec::new();
-        loop {
-            match c.recv().await {
-                Some(Request::Stdin(bytes)) => input.extend_from_slice(&bytes),
-                Some(Request::StdinEof) => break,
-                other => panic!("expected stdin, got {other:?}"),
-            }
-        }
+        let input = c.read_stdin().await;
         for piece in input.chunks(MAX_PAYLOAD_CHUNK) {
             c.send(Event::Stdout(piece.to_vec())).await;
         }
@@ -249,17 +256,8 @@ async fn ctrl_c_cancels_the_job() {
     });
     let file = script(dir.path(), "while True: pass");
     let mut cmd = viv(&path, &["run", "--no-stdin"]);
-    cmd.arg(&file).stdin(Stdio::null());
-    let child = cmd.spawn().unwrap();
-    rx.await.unwrap();
-    let status = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let out = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
-        .await
-        .unwrap();
+    cmd.arg(&file);
+    let out = ctrl_c_when(cmd, rx).await;
     assert_eq!(out.status.code(), Some(130), "{out:?}");
     assert!(text(&out.stderr).contains("cancelling"), "{out:?}");
     assert!(
@@ -312,11 +310,119 @@ async fn closed_stdout_cancels_the_job() {
 
 // Sessions: `viv session new|ls|close`, `viv exec`, `viv repl`.
 
-use common::{cell_outcome, handle, session_ended, session_info, session_opened};
-use vivarium_client::proto::{CellException, CellStatus, SessionEndReason};
+use common::{cell_outcome, handle, session_ended, session_info, session_opened, zero_division};
+use vivarium_client::proto::{CellStatus, SessionEndReason};
 
 fn handle_arg(n: u8) -> String {
     handle(n).0
+}
+
+/// `viv exec HANDLE(1) [extra] FILE` with `code` in FILE, against a fake daemon that reads
+/// the cell (checking its code) and answers with `events`.
+async fn exec_answered(extra: &[&str], code: &'static str, events: Vec<Event>) -> Output {
+    let (dir, path, daemon) = serve(move |mut c| async move {
+        c.hello().await;
+        let (cell, got) = c.exec_cell().await;
+        assert_eq!(cell.session, handle(1));
+        assert_eq!(text(&got), code);
+        for event in events {
+            c.send(event).await;
+        }
+    });
+    let mut cmd = viv(&path, &["exec"]);
+    cmd.args(extra)
+        .arg(handle_arg(1))
+        .arg(script(dir.path(), code));
+    let out = run(cmd, None).await;
+    daemon.await.unwrap();
+    out
+}
+
+fn finished_with(status: CellStatus, value: Option<&str>) -> Event {
+    let mut done = cell_outcome(handle(1), 2, status);
+    done.value = value.map(Into::into);
+    Event::CellFinished(done)
+}
+
+/// The cell's output streams, then its value is printed as a REPL would.
+#[tokio::test]
+async fn exec_streams_the_output_and_prints_the_value() {
+    let events = vec![
+        Event::Stdout(b"out\n".to_vec()),
+        Event::Stderr(b"err\n".to_vec()),
+        finished_with(CellStatus::Ok, Some("42")),
+    ];
+    let out = exec_answered(&[], "print('out'); 6 * 7", events).await;
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(text(&out.stdout), "out\n42\n");
+    assert_eq!(text(&out.stderr), "err\n");
+}
+
+#[tokio::test]
+async fn an_exception_exits_1_with_its_traceback_on_stderr() {
+    let events = vec![Event::CellFinished(zero_division(1))];
+    let out = exec_answered(&[], "1/0", events).await;
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(out.stdout.is_empty(), "{out:?}");
+    assert!(text(&out.stderr).starts_with("Traceback (most recent call last):\n"));
+    assert!(text(&out.stderr).ends_with("ZeroDivisionError: division by zero\n"));
+}
+
+#[tokio::test]
+async fn a_timed_out_cell_exits_124_and_says_the_state_is_kept() {
+    let events = vec![finished_with(CellStatus::Timeout, None)];
+    let out = exec_answered(&[], "while True: pass", events).await;
+    assert_eq!(out.status.code(), Some(124), "{out:?}");
+    assert!(text(&out.stderr).contains("cell 2 timed out"), "{out:?}");
+    assert!(text(&out.stderr).contains("state is kept"), "{out:?}");
+}
+
+/// An ended session has its own exit code, and the message says why and what to do.
+#[tokio::test]
+async fn an_expired_session_exits_120_and_says_why() {
+    for json in [false, true] {
+        let ended = session_ended(handle(1), SessionEndReason::IdleTimeout);
+        let extra: &[&str] = if json { &["--json"] } else { &[] };
+        let out = exec_answered(extra, "x", vec![Event::SessionExpired(ended)]).await;
+        assert_eq!(out.status.code(), Some(120), "{out:?}");
+        assert!(
+            text(&out.stderr).contains("idle for longer than its TTL"),
+            "{out:?}"
+        );
+        assert!(text(&out.stderr).contains("open a new session"), "{out:?}");
+        if json {
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            assert_eq!(v["exit_code"], 120);
+            assert_eq!(v["error"]["code"], serde_json::Value::Null);
+            assert_eq!(v["session_ended"]["reason"], "IdleTimeout");
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_unknown_session_exits_125() {
+    let events = vec![refusal(ErrorCode::SessionNotFound)];
+    let out = exec_answered(&[], "x", events).await;
+    assert_eq!(out.status.code(), Some(125), "{out:?}");
+    assert!(text(&out.stderr).contains("SessionNotFound"), "{out:?}");
+}
+
+#[tokio::test]
+async fn exec_json_prints_the_cell_outcome() {
+    let events = vec![
+        Event::Stdout(b"a\n".to_vec()),
+        finished_with(CellStatus::Ok, Some("'v'")),
+    ];
+    let out = exec_answered(&["--json"], "print('a'); 'v'", events).await;
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["session"], handle_arg(1));
+    assert_eq!(v["cell"], 2);
+    assert_eq!(v["status"], "Ok");
+    assert_eq!(v["value"], "'v'");
+    assert_eq!(v["stdout"], "a\n");
+    assert_eq!(v["exit_code"], 0);
+    assert!(out.stderr.is_empty(), "{out:?}");
 }
 
 #[tokio::test]
@@ -397,33 +503,6 @@ async fn session_new_on_a_profile_without_sessions_exits_125() {
     daemon.await.unwrap();
 }
 
-/// The cell's output streams, then its value is printed as a REPL would.
-#[tokio::test]
-async fn exec_streams_the_output_and_prints_the_value() {
-    let (dir, path, daemon) = serve(|mut c| async move {
-        c.hello().await;
-        let (cell, code) = c.exec_cell().await;
-        assert_eq!(cell.session, handle(1));
-        assert_eq!(code, b"print('out'); 6 * 7");
-        assert!(!cell.stdin);
-        assert_eq!(cell.wall_ms, None);
-        c.send(Event::Stdout(b"out\n".to_vec())).await;
-        c.send(Event::Stderr(b"err\n".to_vec())).await;
-        let mut done = cell_outcome(handle(1), 2, CellStatus::Ok);
-        done.value = Some("42".into());
-        c.send(Event::CellFinished(done)).await;
-        assert_eq!(c.recv().await, None);
-    });
-    let file = script(dir.path(), "print('out'); 6 * 7");
-    let mut cmd = viv(&path, &["exec", &handle_arg(1)]);
-    cmd.arg(&file);
-    let out = run(cmd, None).await;
-    assert_eq!(out.status.code(), Some(0), "{out:?}");
-    assert_eq!(text(&out.stdout), "out\n42\n");
-    assert_eq!(text(&out.stderr), "err\n");
-    daemon.await.unwrap();
-}
-
 /// `viv exec H -`: the code from stdin; `--stdin FILE` for the cell's stdin, `--wall`.
 #[tokio::test]
 async fn exec_reads_code_from_stdin_and_sends_the_cells_stdin() {
@@ -433,14 +512,7 @@ async fn exec_reads_code_from_stdin_and_sends_the_cells_stdin() {
         assert_eq!(code, b"import sys; sys.stdin.read()\n");
         assert!(cell.stdin);
         assert_eq!(cell.wall_ms, Some(1_500));
-        let mut input = Vec::new();
-        loop {
-            match c.recv().await {
-                Some(Request::Stdin(bytes)) => input.extend_from_slice(&bytes),
-                Some(Request::StdinEof) => break,
-                other => panic!("expected stdin, got {other:?}"),
-            }
-        }
+        let input = c.read_stdin().await;
         let mut done = cell_outcome(handle(1), 1, CellStatus::Ok);
         done.value = Some(format!("{:?}", text(&input)));
         c.send(Event::CellFinished(done)).await;
@@ -452,135 +524,6 @@ async fn exec_reads_code_from_stdin_and_sends_the_cells_stdin() {
     let out = run(cmd, Some(b"import sys; sys.stdin.read()\n".to_vec())).await;
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert_eq!(text(&out.stdout), "\"hello\"\n");
-    daemon.await.unwrap();
-}
-
-#[tokio::test]
-async fn an_exception_exits_1_with_its_traceback_on_stderr() {
-    let (dir, path, daemon) = serve(|mut c| async move {
-        c.hello().await;
-        c.exec_cell().await;
-        let exception = CellException {
-            type_name: "ZeroDivisionError".into(),
-            message: "division by zero".into(),
-            traceback: "Traceback (most recent call last):\n  File \"<cell 1>\", line 1, in <module>\nZeroDivisionError: division by zero\n".into(),
-            traceback_truncated: false,
-        };
-        c.send(Event::CellFinished(cell_outcome(
-            handle(1),
-            1,
-            CellStatus::Exception(exception),
-        )))
-        .await;
-    });
-    let file = script(dir.path(), "1/0");
-    let mut cmd = viv(&path, &["exec", &handle_arg(1)]);
-    cmd.arg(&file);
-    let out = run(cmd, None).await;
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
-    assert!(out.stdout.is_empty(), "{out:?}");
-    assert!(text(&out.stderr).starts_with("Traceback (most recent call last):\n"));
-    assert!(text(&out.stderr).ends_with("ZeroDivisionError: division by zero\n"));
-    daemon.await.unwrap();
-}
-
-#[tokio::test]
-async fn a_timed_out_cell_exits_124_and_says_the_state_is_kept() {
-    let (dir, path, daemon) = serve(|mut c| async move {
-        c.hello().await;
-        c.exec_cell().await;
-        c.send(Event::CellFinished(cell_outcome(
-            handle(1),
-            5,
-            CellStatus::Timeout,
-        )))
-        .await;
-    });
-    let file = script(dir.path(), "while True: pass");
-    let mut cmd = viv(&path, &["exec", &handle_arg(1)]);
-    cmd.arg(&file);
-    let out = run(cmd, None).await;
-    assert_eq!(out.status.code(), Some(124), "{out:?}");
-    assert!(text(&out.stderr).contains("cell 5 timed out"), "{out:?}");
-    assert!(text(&out.stderr).contains("state is kept"), "{out:?}");
-    daemon.await.unwrap();
-}
-
-/// An ended session has its own exit code, and the message says why and what to do.
-#[tokio::test]
-async fn an_expired_session_exits_120_and_says_why() {
-    for json in [false, true] {
-        let (dir, path, daemon) = serve(|mut c| async move {
-            c.hello().await;
-            c.exec_cell().await;
-            c.send(Event::SessionExpired(session_ended(
-                handle(1),
-                SessionEndReason::IdleTimeout,
-            )))
-            .await;
-        });
-        let file = script(dir.path(), "x");
-        let mut cmd = viv(&path, &["exec", &handle_arg(1)]);
-        if json {
-            cmd.arg("--json");
-        }
-        cmd.arg(&file);
-        let out = run(cmd, None).await;
-        assert_eq!(out.status.code(), Some(120), "{out:?}");
-        assert!(
-            text(&out.stderr).contains("idle for longer than its TTL"),
-            "{out:?}"
-        );
-        assert!(text(&out.stderr).contains("open a new session"), "{out:?}");
-        if json {
-            let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-            assert_eq!(v["exit_code"], 120);
-            assert_eq!(v["error"]["code"], serde_json::Value::Null);
-            assert_eq!(v["session_ended"]["reason"], "IdleTimeout");
-        }
-        daemon.await.unwrap();
-    }
-}
-
-#[tokio::test]
-async fn an_unknown_session_exits_125() {
-    let (dir, path, daemon) = serve(|mut c| async move {
-        c.hello().await;
-        c.exec_cell().await;
-        c.send(refusal(ErrorCode::SessionNotFound)).await;
-    });
-    let file = script(dir.path(), "x");
-    let mut cmd = viv(&path, &["exec", "vs_nope"]);
-    cmd.arg(&file);
-    let out = run(cmd, None).await;
-    assert_eq!(out.status.code(), Some(125), "{out:?}");
-    assert!(text(&out.stderr).contains("SessionNotFound"), "{out:?}");
-    daemon.await.unwrap();
-}
-
-#[tokio::test]
-async fn exec_json_prints_the_cell_outcome() {
-    let (dir, path, daemon) = serve(|mut c| async move {
-        c.hello().await;
-        c.exec_cell().await;
-        c.send(Event::Stdout(b"a\n".to_vec())).await;
-        let mut done = cell_outcome(handle(1), 3, CellStatus::Ok);
-        done.value = Some("'v'".into());
-        c.send(Event::CellFinished(done)).await;
-    });
-    let file = script(dir.path(), "print('a'); 'v'");
-    let mut cmd = viv(&path, &["exec", "--json", &handle_arg(1)]);
-    cmd.arg(&file);
-    let out = run(cmd, None).await;
-    assert_eq!(out.status.code(), Some(0), "{out:?}");
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["session"], handle_arg(1));
-    assert_eq!(v["cell"], 3);
-    assert_eq!(v["status"], "Ok");
-    assert_eq!(v["value"], "'v'");
-    assert_eq!(v["stdout"], "a\n");
-    assert_eq!(v["exit_code"], 0);
-    assert!(out.stderr.is_empty(), "{out:?}");
     daemon.await.unwrap();
 }
 
@@ -601,17 +544,8 @@ async fn ctrl_c_interrupts_the_cell_and_exits_130() {
     });
     let file = script(dir.path(), "while True: pass");
     let mut cmd = viv(&path, &["exec", &handle_arg(1)]);
-    cmd.arg(&file).stdin(Stdio::null());
-    let child = cmd.spawn().unwrap();
-    rx.await.unwrap();
-    let status = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let out = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
-        .await
-        .unwrap();
+    cmd.arg(&file);
+    let out = ctrl_c_when(cmd, rx).await;
     assert_eq!(out.status.code(), Some(130), "{out:?}");
     assert!(
         text(&out.stderr).contains("interrupting the cell"),
@@ -645,24 +579,16 @@ async fn session_ls_prints_a_table_or_json() {
             assert_eq!(v[0]["handle"], handle_arg(1));
             assert_eq!(v[1]["running"], true);
         } else {
-            let lines: Vec<&str> = text(&out.stdout).lines().collect();
-            assert_eq!(lines.len(), 3, "{out:?}");
-            assert!(lines[0].starts_with("HANDLE"), "{out:?}");
-            for col in [
-                "PROFILE",
-                "AGE",
-                "IDLE",
-                "EXPIRES IN",
-                "MEMORY",
-                "CELLS",
-                "CPU",
-            ] {
-                assert!(lines[0].contains(col), "{col} in {:?}", lines[0]);
-            }
-            assert!(lines[1].contains("9m55s (idle)"), "{out:?}");
-            assert!(lines[1].contains("30M/45M"), "{out:?}");
-            assert!(lines[2].contains("running"), "{out:?}");
-            assert!(lines[2].contains("(lifetime)"), "{out:?}");
+            let (h1, h2) = (handle_arg(1), handle_arg(2));
+            let pad = " ".repeat(h1.len() - "HANDLE".len());
+            assert_eq!(
+                text(&out.stdout),
+                format!(
+                    "HANDLE{pad}  PROFILE  AGE    IDLE     EXPIRES IN        MEMORY   CELLS  CPU\n\
+                     {h1}  default  2m05s  5.0s     9m55s (idle)      30M/45M  4      1.5s\n\
+                     {h2}  default  2m05s  running  9m55s (lifetime)  30M/45M  4      1.5s\n"
+                )
+            );
         }
         daemon.await.unwrap();
     }

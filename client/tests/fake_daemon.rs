@@ -214,28 +214,7 @@ async fn stdin_stays_within_its_credit() {
     let (_dir, path, daemon) = serve(move |mut c| async move {
         c.hello().await;
         c.recv().await.expect("submit"); // no credit from `submit()` here
-        c.send(Event::StdinCredit(100_000)).await;
-        let mut got = Vec::new();
-        let mut credit = 100_000u64;
-        loop {
-            match c.recv().await {
-                Some(Request::Stdin(bytes)) => {
-                    assert!(
-                        bytes.len() as u64 <= credit,
-                        "{} bytes past the credit",
-                        bytes.len()
-                    );
-                    credit -= bytes.len() as u64;
-                    got.extend_from_slice(&bytes);
-                    if credit == 0 {
-                        credit = 100_000;
-                        c.send(Event::StdinCredit(credit)).await;
-                    }
-                }
-                Some(Request::StdinEof) => break,
-                other => panic!("expected stdin, got {other:?}"),
-            }
-        }
+        let got = c.read_stdin_in_credits(100_000).await;
         assert_eq!(got, expect);
         c.send(Event::Finished(outcome(1, Reason::Ok, ExitStatus::Code(0))))
             .await;

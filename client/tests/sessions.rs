@@ -4,10 +4,12 @@ mod common;
 
 use std::time::Duration;
 
-use common::{cell_outcome, handle, refusal, serve, session_ended, session_info, session_opened};
+use common::{
+    cell_outcome, handle, refusal, serve, session_ended, session_info, session_opened,
+    zero_division,
+};
 use vivarium_client::proto::{
-    CellException, CellStatus, ErrorCode, Event, PackagesReport, Request, SessionEndReason,
-    MAX_PAYLOAD_CHUNK,
+    CellStatus, ErrorCode, Event, PackagesReport, Request, SessionEndReason, MAX_PAYLOAD_CHUNK,
 };
 use vivarium_client::{cell_exit_code, Cell, CellEvent, Client, ClientError, SessionSpec, Stream};
 
@@ -208,24 +210,7 @@ async fn a_cells_stdin_stays_within_its_credit() {
             got_code.extend_from_slice(&piece);
         }
         assert_eq!(got_code, expect_code.as_bytes());
-        let mut credit = 100_000u64;
-        c.send(Event::StdinCredit(credit)).await;
-        let mut got = Vec::new();
-        loop {
-            match c.recv().await {
-                Some(Request::Stdin(bytes)) => {
-                    assert!(bytes.len() as u64 <= credit, "past the credit");
-                    credit -= bytes.len() as u64;
-                    got.extend_from_slice(&bytes);
-                    if credit == 0 {
-                        credit = 100_000;
-                        c.send(Event::StdinCredit(credit)).await;
-                    }
-                }
-                Some(Request::StdinEof) => break,
-                other => panic!("expected stdin, got {other:?}"),
-            }
-        }
+        let got = c.read_stdin_in_credits(100_000).await;
         assert_eq!(got, expect);
         c.send(Event::CellFinished(cell_outcome(
             handle(1),
@@ -262,18 +247,7 @@ async fn cancel_interrupts_the_cell_and_the_session_goes_on() {
         )))
         .await;
         c.exec_cell().await;
-        let exception = CellException {
-            type_name: "ZeroDivisionError".into(),
-            message: "division by zero".into(),
-            traceback: "Traceback ...\nZeroDivisionError: division by zero\n".into(),
-            traceback_truncated: false,
-        };
-        c.send(Event::CellFinished(cell_outcome(
-            handle(1),
-            3,
-            CellStatus::Exception(exception),
-        )))
-        .await;
+        c.send(Event::CellFinished(zero_division(3))).await;
         assert_eq!(c.recv().await, None);
     });
     let mut client = Client::connect(&path).await.unwrap();

@@ -108,19 +108,27 @@ pub(crate) struct SessionOpts {
     #[arg(long, value_name = "SECS", value_parser = parse::parse_secs_to_ms)]
     cell_timeout: Option<u64>,
 
-    /// CPU time over the whole session, in seconds.
+    #[command(flatten)]
+    limits: LimitArgs,
+}
+
+/// The limits a job and a session share (`viv run`, `viv session new`, `viv repl`).
+#[derive(Debug, Args)]
+pub(crate) struct LimitArgs {
+    /// CPU-time limit in seconds, over all the processes (of a session: over its whole
+    /// life).
     #[arg(long, value_name = "SECS", value_parser = parse::parse_secs_to_ms)]
     cpu: Option<u64>,
 
-    /// The session's memory limit, e.g. 256M.
+    /// Memory limit, e.g. 64M, 1G, 512K or plain bytes.
     #[arg(long, value_name = "SIZE", value_parser = parse::parse_size)]
     memory: Option<u64>,
 
-    /// Limit on the session's processes and threads.
+    /// Limit on the number of processes and threads.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pids: Option<u32>,
 
-    /// Each cell's output cap per stream, e.g. 1M.
+    /// Output cap per stream, e.g. 1M (of a session: per cell).
     #[arg(long, value_name = "SIZE", value_parser = parse::parse_size)]
     output: Option<u64>,
 }
@@ -182,21 +190,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "SECS", value_parser = parse::parse_secs_to_ms)]
     timeout: Option<u64>,
 
-    /// CPU-time limit in seconds, over all the job's processes.
-    #[arg(long, value_name = "SECS", value_parser = parse::parse_secs_to_ms)]
-    cpu: Option<u64>,
-
-    /// Memory limit, e.g. 64M, 1G, 512K or plain bytes.
-    #[arg(long, value_name = "SIZE", value_parser = parse::parse_size)]
-    memory: Option<u64>,
-
-    /// Limit on the number of processes and threads.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-    pids: Option<u32>,
-
-    /// Output cap per stream, e.g. 1M.
-    #[arg(long, value_name = "SIZE", value_parser = parse::parse_size)]
-    output: Option<u64>,
+    #[command(flatten)]
+    limits: LimitArgs,
 
     /// Install this PyPI package (a PEP 508 requirement, e.g. `numpy>=2`) into the job's
     /// environment first; repeatable. A `# /// script` block (PEP 723) in the code is
@@ -315,7 +310,7 @@ mod tests {
             panic!("not run")
         };
         assert_eq!(cli.socket, Some(PathBuf::from("/s")));
-        assert_eq!(run.memory, Some(64 << 20));
+        assert_eq!(run.limits.memory, Some(64 << 20));
         assert_eq!(run.timeout, Some(1500));
         assert!(!run.json);
         assert_eq!(run.file, PathBuf::from("a.py"));

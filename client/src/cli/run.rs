@@ -203,10 +203,10 @@ async fn run_inner(socket: &Path, args: RunArgs, verbose: bool) -> Result<i32, F
 
     let mut job = Job::new(code).profile(args.profile).args(args.args);
     job.limits.wall_ms = args.timeout;
-    job.limits.cpu_ms = args.cpu;
-    job.limits.memory_bytes = args.memory;
-    job.limits.pids = args.pids;
-    job.limits.output_bytes = args.output;
+    job.limits.cpu_ms = args.limits.cpu;
+    job.limits.memory_bytes = args.limits.memory;
+    job.limits.pids = args.limits.pids;
+    job.limits.output_bytes = args.limits.output;
     job.packages = args.with;
 
     let mut client = Client::connect(socket).await?;

@@ -76,10 +76,10 @@ impl SessionOpts {
         l.idle_ttl_ms = self.ttl;
         l.lifetime_ms = self.lifetime;
         l.cell_wall_ms = self.cell_timeout;
-        l.cpu_ms = self.cpu;
-        l.memory_bytes = self.memory;
-        l.pids = self.pids;
-        l.output_bytes = self.output;
+        l.cpu_ms = self.limits.cpu;
+        l.memory_bytes = self.limits.memory;
+        l.pids = self.limits.pids;
+        l.output_bytes = self.limits.output;
         spec
     }
 }
@@ -158,36 +158,4 @@ fn table(sessions: &[SessionInfo]) -> String {
         line(&row.each_ref().map(String::as_str));
     }
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use vivarium_client::proto::SessionLimits;
-
-    #[test]
-    fn the_table_lines_up() {
-        let info = SessionInfo {
-            handle: SessionHandle("vs_ab".into()),
-            profile: "default".into(),
-            sandbox_id: 1,
-            limits: SessionLimits::default(),
-            age_ms: 125_000,
-            idle_ms: 5_000,
-            expires_at_unix_ms: 0,
-            expires_in_ms: 595_000,
-            expires_by: SessionEndReason::IdleTimeout,
-            memory_bytes: 30 << 20,
-            peak_memory_bytes: 45 << 20,
-            cells: 4,
-            cpu_ms: 1_500,
-            running: false,
-            packages: vec![],
-        };
-        assert_eq!(
-            table(&[info]),
-            "HANDLE  PROFILE  AGE    IDLE  EXPIRES IN    MEMORY   CELLS  CPU\n\
-             vs_ab   default  2m05s  5.0s  9m55s (idle)  30M/45M  4      1.5s\n"
-        );
-    }
 }

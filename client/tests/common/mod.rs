@@ -8,10 +8,10 @@ use std::path::PathBuf;
 use tokio::task::JoinHandle;
 use tokio_seqpacket::{UnixSeqpacket, UnixSeqpacketListener};
 use vivarium_client::proto::{
-    decode, encode, CellOutcome, CellStatus, Code, ErrorCode, Event, ExecCell, ExitStatus,
-    HelloAck, Isolation, JobSpec, Outcome, Reason, Request, SandboxStart, SessionEndReason,
-    SessionEnded, SessionHandle, SessionInfo, SessionLimits, SessionOpened, Usage, WireError,
-    MAX_FRAME, PROTOCOL_VERSION,
+    decode, encode, CellException, CellOutcome, CellStatus, Code, ErrorCode, Event, ExecCell,
+    ExitStatus, HelloAck, Isolation, JobSpec, Outcome, Reason, Request, SandboxStart,
+    SessionEndReason, SessionEnded, SessionHandle, SessionInfo, SessionLimits, SessionOpened,
+    Usage, WireError, MAX_FRAME, PROTOCOL_VERSION,
 };
 
 /// The daemon side of one connection.
@@ -88,6 +88,45 @@ impl Conn {
             self.send(Event::StdinCredit(STDIN_CREDIT)).await;
         }
         (cell, code)
+    }
+
+    /// Read `Stdin` frames up to `StdinEof`; return the bytes.
+    pub async fn read_stdin(&mut self) -> Vec<u8> {
+        let mut input = Vec::new();
+        loop {
+            match self.recv().await {
+                Some(Request::Stdin(bytes)) => input.extend_from_slice(&bytes),
+                Some(Request::StdinEof) => return input,
+                other => panic!("expected stdin, got {other:?}"),
+            }
+        }
+    }
+
+    /// As [`Conn::read_stdin`], giving credit `step` bytes at a time, the next only once
+    /// the last is used up, and checking that no frame goes past it.
+    pub async fn read_stdin_in_credits(&mut self, step: u64) -> Vec<u8> {
+        let mut credit = step;
+        self.send(Event::StdinCredit(credit)).await;
+        let mut input = Vec::new();
+        loop {
+            match self.recv().await {
+                Some(Request::Stdin(bytes)) => {
+                    assert!(
+                        bytes.len() as u64 <= credit,
+                        "{} bytes past the credit",
+                        bytes.len()
+                    );
+                    credit -= bytes.len() as u64;
+                    input.extend_from_slice(&bytes);
+                    if credit == 0 {
+                        credit = step;
+                        self.send(Event::StdinCredit(credit)).await;
+                    }
+                }
+                Some(Request::StdinEof) => return input,
+                other => panic!("expected stdin, got {other:?}"),
+            }
+        }
     }
 
     /// The code of a request: inline, or read from its `CodeChunk`s.
@@ -169,6 +208,20 @@ pub fn cell_outcome(session: SessionHandle, cell: u64, status: CellStatus) -> Bo
         expires_at_unix_ms: 1_800_000_000_000,
         expires_in_ms: 600_000,
     })
+}
+
+/// Cell `cell` of session 1 raised ZeroDivisionError.
+pub fn zero_division(cell: u64) -> Box<CellOutcome> {
+    let exception = CellException {
+        type_name: "ZeroDivisionError".into(),
+        message: "division by zero".into(),
+        traceback: format!(
+            "Traceback (most recent call last):\n  File \"<cell {cell}>\", line 1, in \
+             <module>\nZeroDivisionError: division by zero\n"
+        ),
+        traceback_truncated: false,
+    };
+    cell_outcome(handle(1), cell, CellStatus::Exception(exception))
 }
 
 pub fn session_ended(handle: SessionHandle, reason: SessionEndReason) -> Box<SessionEnded> {
