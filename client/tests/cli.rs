@@ -648,3 +648,79 @@ async fn the_repl_runs_blocks_as_cells_and_closes_the_session_at_eof() {
     assert!(history.contains("f()"), "{history}");
     daemon.await.unwrap();
 }
+
+/// Ctrl-c while a REPL cell runs interrupts the cell, and the session goes on: the next
+/// cell runs in it.
+#[tokio::test]
+async fn ctrl_c_in_the_repl_interrupts_the_cell_and_the_session_goes_on() {
+    let (running_tx, running_rx) = tokio::sync::oneshot::channel();
+    let (_dir, path, daemon) = serve(|mut c| async move {
+        c.hello().await;
+        assert!(matches!(c.recv().await, Some(Request::OpenSession(_))));
+        c.send(session_opened(handle(1))).await;
+        let (_, code) = c.exec_cell().await;
+        assert_eq!(code, b"while True: pass\n");
+        running_tx.send(()).unwrap();
+        assert_eq!(c.recv().await, Some(Request::Cancel));
+        c.send(finished_with(CellStatus::Interrupted, None)).await;
+        let (_, code) = c.exec_cell().await;
+        assert_eq!(code, b"1 + 1\n");
+        c.send(finished_with(CellStatus::Ok, Some("2"))).await;
+        assert_eq!(c.recv().await, Some(Request::CloseSession(handle(1))));
+        let ended = session_ended(handle(1), SessionEndReason::Closed);
+        c.send(Event::SessionClosed(ended)).await;
+    });
+    let state = tempfile::tempdir().unwrap();
+    let mut cmd = viv(&path, &["repl"]);
+    cmd.env("XDG_STATE_HOME", state.path())
+        .stdin(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"while True: pass\n").unwrap();
+    running_rx.await.unwrap();
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = tokio::task::spawn_blocking(move || {
+        stdin.write_all(b"1 + 1\n").unwrap();
+        drop(stdin);
+        child.wait_with_output().unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(text(&out.stderr).contains("cell 2 interrupted"), "{out:?}");
+    assert!(text(&out.stdout).contains('2'), "{out:?}");
+    daemon.await.unwrap();
+}
+
+/// A session that ends under the REPL (here: out of memory during a cell) ends it, with
+/// the reason and its own exit code.
+#[tokio::test]
+async fn the_repl_says_why_its_session_ended_and_exits_120() {
+    let (_dir, path, daemon) = serve(|mut c| async move {
+        c.hello().await;
+        assert!(matches!(c.recv().await, Some(Request::OpenSession(_))));
+        c.send(session_opened(handle(1))).await;
+        c.exec_cell().await;
+        let ended = session_ended(handle(1), SessionEndReason::Memory);
+        c.send(finished_with(CellStatus::SessionEnded(ended), None))
+            .await;
+        // No CloseSession: the session is gone.
+        assert_eq!(c.recv().await, None);
+    });
+    let state = tempfile::tempdir().unwrap();
+    let mut cmd = viv(&path, &["repl"]);
+    cmd.env("XDG_STATE_HOME", state.path());
+    let out = run(
+        cmd,
+        Some(b"x = bytearray(10**10)\nprint('never')\n".to_vec()),
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(120), "{out:?}");
+    assert!(text(&out.stderr).contains("ran out of memory"), "{out:?}");
+    assert!(text(&out.stderr).contains("open a new session"), "{out:?}");
+    daemon.await.unwrap();
+}
