@@ -413,6 +413,10 @@ fn status_line(daemon: &Daemon) -> String {
     if ready > 0 {
         s.push_str(&format!(", {ready} sandboxes ready"));
     }
+    let sessions = daemon.sessions.open_count();
+    if sessions > 0 {
+        s.push_str(&format!(", {sessions} sessions open"));
+    }
     if daemon.jobs.is_draining() {
         s = format!("draining: {s}");
     }
@@ -446,6 +450,9 @@ async fn report_status(daemon: Arc<Daemon>, mut last: String) {
 async fn drain(daemon: &Daemon, why: &str, signals: &mut Signals) {
     let grace = Duration::from_millis(daemon.live().config.shutdown_grace_ms);
     daemon.jobs.draining.send_replace(true);
+    // No session survives the daemon: each ends now, as `DaemonRestarted` (a cell that
+    // runs gets that as its outcome).
+    daemon.sessions.end_all();
     let (running, active) = daemon.jobs.counts();
     tracing::info!(
         why,
@@ -465,6 +472,7 @@ async fn drain(daemon: &Daemon, why: &str, signals: &mut Signals) {
         _ = signals.int.recv() => false,
     };
     if finished {
+        wait_sessions(daemon).await;
         return;
     }
     let doomed: Vec<u64> = {
@@ -478,6 +486,15 @@ async fn drain(daemon: &Daemon, why: &str, signals: &mut Signals) {
     }
     if !wait_idle(daemon, Duration::from_secs(5)).await {
         tracing::warn!("jobs still reporting 5 s after the kill; stopping the spawner anyway");
+    }
+    wait_sessions(daemon).await;
+}
+
+/// Wait (a few seconds at most) until every session has ended and left its tombstone.
+async fn wait_sessions(daemon: &Daemon) {
+    let end = tokio::time::Instant::now() + Duration::from_secs(5);
+    while daemon.sessions.open_count() > 0 && tokio::time::Instant::now() < end {
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
