@@ -11,8 +11,9 @@ use std::time::Duration;
 
 use vivarium_e2e::proto::{Reason, SandboxStart};
 use vivarium_e2e::{
-    alive, default_profile_with, is_session_sandbox, describe, describe_output, evidence, normalize_evidence, probe,
-    require_root, shipped_default_with, wait_until, Collected, Daemon, DaemonOpts, Job,
+    alive, default_profile_with, describe, describe_output, evidence, is_session_sandbox,
+    normalize_evidence, probe, require_root, shipped_default_with, wait_until, Collected, Daemon,
+    DaemonOpts, Job,
 };
 
 /// Printed first by a job: `WARM` if its interpreter was started with the warm

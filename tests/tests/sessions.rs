@@ -877,3 +877,127 @@ async fn an_older_client_is_refused_sessions() {
         other => panic!("{other:?}"),
     }
 }
+
+/// `viv session new`, `viv exec`, `viv session ls` and `viv session close` against the real
+/// daemon: the handle, values, exit statuses, and the typed expiry once closed.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_viv_session_commands_drive_a_real_session() {
+    if !require_root() {
+        return;
+    }
+    let d = daemon(DaemonOpts::default());
+    let text = |b: &[u8]| String::from_utf8_lossy(b).trim().to_owned();
+    let new = d.viv(&["session", "new"], b"");
+    assert!(
+        new.status.success(),
+        "{}",
+        vivarium_e2e::describe_output(&new)
+    );
+    let h = text(&new.stdout);
+    assert!(h.starts_with("vs_"), "{h}");
+    let set = d.viv(&["exec", &h, "-"], b"x = 20\nprint('set')\n");
+    assert_eq!(
+        (set.status.code(), text(&set.stdout)),
+        (Some(0), "set".into()),
+        "{}",
+        vivarium_e2e::describe_output(&set)
+    );
+    let get = d.viv(&["exec", &h, "-"], b"x * 2 + 2\n");
+    assert_eq!(
+        (get.status.code(), text(&get.stdout)),
+        (Some(0), "42".into()),
+        "{}",
+        vivarium_e2e::describe_output(&get)
+    );
+    let bad = d.viv(&["exec", &h, "-"], b"1 / 0\n");
+    assert_eq!(
+        bad.status.code(),
+        Some(1),
+        "{}",
+        vivarium_e2e::describe_output(&bad)
+    );
+    assert!(
+        text(&bad.stderr).contains("ZeroDivisionError"),
+        "{}",
+        vivarium_e2e::describe_output(&bad)
+    );
+    let ls = d.viv(&["session", "ls", "--json"], b"");
+    assert!(
+        ls.status.success(),
+        "{}",
+        vivarium_e2e::describe_output(&ls)
+    );
+    let listed: serde_json::Value = serde_json::from_slice(&ls.stdout).unwrap();
+    assert!(listed.to_string().contains(&h), "{listed}");
+    let close = d.viv(&["session", "close", &h], b"");
+    assert!(
+        close.status.success(),
+        "{}",
+        vivarium_e2e::describe_output(&close)
+    );
+    let late = d.viv(&["exec", &h, "-"], b"x\n");
+    assert_eq!(
+        late.status.code(),
+        Some(120),
+        "{}",
+        vivarium_e2e::describe_output(&late)
+    );
+    assert!(
+        text(&late.stderr).contains("closed"),
+        "{}",
+        vivarium_e2e::describe_output(&late)
+    );
+}
+
+/// A profile's `warm.preload` modules are imported in its ready session sandboxes before
+/// a session takes one; and idle sessions past `max_idle_session_bytes` are ended, the
+/// longest idle first, with their own reason.
+#[tokio::test(flavor = "multi_thread")]
+async fn preloads_come_with_pooled_sessions_and_idle_memory_is_bounded() {
+    if !require_root() {
+        return;
+    }
+    let pre =
+        default_profile_with(&[]) + "\n[warm]\npreload = [\"decimal\"]\n\n[session]\npool = 1\n";
+    let d = daemon(
+        DaemonOpts::default()
+            .warm_pools()
+            .profile("pre", &pre)
+            .config_line("max_idle_session_bytes = 1"),
+    );
+    let mut c = Conn::new(&d).await;
+    // The first open makes the (unkept) pool; wait for its sandbox, then take it.
+    let first = match c.open_with("pre", limits()).await {
+        Event::SessionOpened(o) => *o,
+        other => panic!("{other:?}"),
+    };
+    let mut pooled = None;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        match c.open_with("pre", limits()).await {
+            Event::SessionOpened(o)
+                if matches!(o.sandbox, vivarium_e2e::proto::SandboxStart::Ready { .. }) =>
+            {
+                pooled = Some(*o);
+                break;
+            }
+            Event::SessionOpened(o) => {
+                c.close(&o.info.handle).await;
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    let pooled = pooled.expect("no session came from the pool");
+    let cell = c
+        .exec(&pooled.info.handle, "import sys; 'decimal' in sys.modules")
+        .await;
+    assert_eq!(cell.ok().outcome.value.as_deref(), Some("True"));
+    // After that cell, with a budget of one byte, every idle session but none running is
+    // over it: the other one (idle longest) is ended as IdleMemory.
+    let late = c.try_exec(&first.info.handle, "1", None).await.unwrap_err();
+    assert_eq!(
+        expired(&late).reason,
+        SessionEndReason::IdleMemory,
+        "{late:?}"
+    );
+}
