@@ -16,7 +16,8 @@
 # is evaluated on its own and its repr() is the cell's value.
 #
 # SIGINT: the reader thread sends it to the main thread only while a cell is current
-# (under `lock`). Once a cell has ended, the main thread installs a do-nothing handler
+# (under `lock`); an interrupt for a cell that has come but not yet started is kept
+# and delivered as it starts. Once a cell has ended, the main thread installs a do-nothing handler
 # before it clears "current", so an interrupt that races the cell's end runs that
 # handler instead of raising into the reporting code; the user's handler is put back
 # just before the next cell starts.
@@ -28,7 +29,9 @@ def _vivarium_session():
     for name in sys.argv[1:]:
         __import__(name)
 
-    import _queue, _thread, ast, builtins, fcntl, io, json, linecache, signal, socket
+    # The C halves of ast, socket and json: what the loop uses of them, without the
+    # pure-Python modules' imports (enum, contextlib, re...), about 10 ms of start-up.
+    import _ast, _json, _queue, _socket, _thread, builtins, fcntl, io, linecache, signal
     import threading, tokenize, traceback
 
     # Warm-up: the first compile() initializes the AST types (see warm_bootstrap.py).
@@ -44,7 +47,9 @@ def _vivarium_session():
     register_source = linecache.cache.__setitem__
     format_exception = traceback.format_exception
     format_exception_only = traceback.format_exception_only
+    encode_string = _json.encode_basestring
     sys_ = sys
+    byteorder = sys.byteorder  # of the ints in SCM_RIGHTS
     own_file = _vivarium_session.__code__.co_filename
 
     CODE_CHUNK = 60 * 1024
@@ -62,7 +67,7 @@ def _vivarium_session():
         ctl_fd = fcntl.fcntl(0, fcntl.F_DUPFD_CLOEXEC, 100)
     except OSError:
         ctl_fd = fcntl.fcntl(0, fcntl.F_DUPFD_CLOEXEC, 3)
-    sock = socket.socket(fileno=ctl_fd)
+    sock = _socket.socket(fileno=ctl_fd)
     os_open = os.open
 
     def null_stdin():
@@ -91,7 +96,9 @@ def _vivarium_session():
 
     cells = _queue.SimpleQueue()
     lock = _thread.allocate_lock()
-    state = {"current": None}
+    # current: the cell running; queued: the cell handed to the main thread, not yet
+    # started; early: an interrupt for the queued cell, delivered when it starts.
+    state = {"current": None, "queued": None, "early": None}
     main_ident = threading.get_ident()
     sources = {}  # filename -> linecache entry, re-registered if a cell clears linecache
     loop_box = []  # the asyncio loop of top-level `await`, made on first use
@@ -105,7 +112,7 @@ def _vivarium_session():
 
     def reader():
         pending = None  # [cell, stdin_fd, code_len, chunks, have]
-        space = socket.CMSG_SPACE(MAX_FDS * 4)
+        space = _socket.CMSG_SPACE(MAX_FDS * 4)
         while True:
             try:
                 data, anc, flags, _addr = sock.recvmsg(CODE_CHUNK + 16, space)
@@ -113,14 +120,14 @@ def _vivarium_session():
                 os._exit(0)
             fds = []
             for level, kind, payload in anc:
-                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
                     n = len(payload) - len(payload) % 4
-                    fds.extend(int.from_bytes(payload[i:i + 4], "little", signed=True)
+                    fds.extend(int.from_bytes(payload[i:i + 4], byteorder, signed=True)
                                for i in range(0, n, 4))
             if not data:
                 os._exit(0)  # the daemon ended the session
             tag = data[:1]
-            if flags & socket.MSG_TRUNC:
+            if flags & _socket.MSG_TRUNC:
                 tag = b""  # longer than any datagram of the protocol
             if tag == b"C" and len(data) == 13 and len(fds) == 1:
                 if pending is not None:
@@ -140,11 +147,15 @@ def _vivarium_session():
                 with lock:
                     if state["current"] == cell:
                         pthread_kill(main_ident, SIGINT)
+                    elif state["queued"] == cell:
+                        state["early"] = cell
                 continue
             else:
                 close_fds(fds)
                 continue
             if pending is not None and pending[4] == pending[2]:
+                with lock:
+                    state["queued"], state["early"] = pending[0], None
                 cells.put((pending[0], pending[1], b"".join(pending[3])))
                 pending = None
 
@@ -183,8 +194,13 @@ def _vivarium_session():
     def noop(signum, frame):
         pass
 
-    def register(filename, text):
-        lines = text.splitlines(True)
+    def source_lines(text):
+        # Lines as the parser counts them (str.splitlines would also split at \f,
+        # \x1c, \u2028 and more, inside strings too).
+        return io.StringIO(text, newline=None).readlines()
+
+    def register(filename, text, lines):
+        lines = list(lines)
         if lines and not lines[-1].endswith("\n"):
             lines[-1] += "\n"
         # mtime None: linecache.checkcache keeps the entry (there is no file to check).
@@ -192,25 +208,31 @@ def _vivarium_session():
         sources[filename] = entry
         register_source(filename, entry)
 
-    def quiet_end(text, last):
-        # Whether the source's last meaningful token, after `last`, is `;`.
-        skip = (tokenize.COMMENT, tokenize.NEWLINE, tokenize.NL, tokenize.INDENT,
-                tokenize.DEDENT, tokenize.ENDMARKER)
-        lines = text.splitlines(True)
-        # Tokenize from the last statement's line (cheap); the whole source if that
-        # line does not tokenize on its own (it starts inside an earlier string).
-        for start in (last.lineno - 1, 0):
-            final = None
-            try:
-                for tok in tokenize.generate_tokens(iter(lines[start:]).__next__):
-                    if tok.type not in skip:
-                        final = tok
-            except (tokenize.TokenError, SyntaxError, StopIteration):
-                continue
-            except Exception:
-                continue
-            return final is not None and final.type == tokenize.OP and final.string == ";"
+    def quiet_end(lines, last):
+        # Whether `;` is the first thing after the last statement (an expression, its
+        # parentheses included): only blanks, line continuations, comments and `;` can
+        # follow the last statement of a source that parsed.
+        rest = lines[last.end_lineno - 1].encode("utf-8")[last.end_col_offset:]
+        rest = rest.decode("utf-8", "replace") + "".join(lines[last.end_lineno:])
+        i, n = 0, len(rest)
+        while i < n:
+            c = rest[i]
+            if c == ";":
+                return True
+            if c == "#":
+                end = rest.find("\n", i)
+                i = n if end < 0 else end + 1
+            elif c in " \t\f\r\n\\":
+                i += 1
+            else:
+                return False
         return False
+
+    def quiet_end_of(lines, last):
+        try:
+            return quiet_end(lines, last)
+        except Exception:
+            return False  # (offsets that do not match the lines: show the value)
 
     def run_code(code):
         result = eval(code, g)
@@ -232,12 +254,13 @@ def _vivarium_session():
         filename = "<cell %d>" % cell
         encoding = tokenize.detect_encoding(io.BytesIO(source).readline)[0]
         text = source.decode(encoding)
-        register(filename, text)
-        tree = ast.parse(text, filename, "exec")
-        flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+        lines = source_lines(text)
+        register(filename, text, lines)
+        flags = _ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+        tree = compile(text, filename, "exec", _ast.PyCF_ONLY_AST | flags, dont_inherit=True)
         last = None
-        if tree.body and isinstance(tree.body[-1], ast.Expr) and not quiet_end(text, tree.body[-1]):
-            last = compile(ast.Expression(tree.body.pop().value), filename, "eval", flags,
+        if tree.body and isinstance(tree.body[-1], _ast.Expr) and not quiet_end_of(lines, tree.body[-1]):
+            last = compile(_ast.Expression(tree.body.pop().value), filename, "eval", flags,
                            dont_inherit=True)
         body = compile(tree, filename, "exec", flags, dont_inherit=True)
         return body, last
@@ -293,6 +316,22 @@ def _vivarium_session():
             text = "%s: %s\n" % (name, message)
         return name, message, text
 
+    def to_json(result):
+        # The result's JSON: its values are str, bool, int or None (json.dumps would
+        # import re and more; _json.encode_basestring is json's own string encoder).
+        items = []
+        for key, v in result.items():
+            if v is None:
+                v = "null"
+            elif v is True or v is False:
+                v = "true" if v else "false"
+            elif isinstance(v, int):
+                v = str(v)
+            else:
+                v = encode_string(v)
+            items.append(encode_string(key) + ":" + v)
+        return "{" + ",".join(items) + "}"
+
     def encode(cell, value, exc):
         # The result datagram, its fields cut until it fits in RESULT_MAX.
         if exc is not None:
@@ -310,7 +349,7 @@ def _vivarium_session():
                 result["exc_message"] = clip_head(message, MESSAGE_MAX // scale)[0]
                 result["traceback"], result["traceback_truncated"] = clip_middle(
                     text, TRACEBACK_MAX // scale)
-            data = b"R" + json.dumps(result, ensure_ascii=False).encode("utf-8")
+            data = b"R" + to_json(result).encode("utf-8")
             if len(data) <= RESULT_MAX or scale >= 1024:
                 return data
             scale *= 2
@@ -332,6 +371,11 @@ def _vivarium_session():
                 new_stdin()
                 with lock:
                     state["current"] = cell
+                    if state["queued"] == cell:
+                        state["queued"] = None
+                        if state["early"] == cell:
+                            state["early"] = None
+                            pthread_kill(main_ident, SIGINT)  # raised in a moment
                 box[0] = ("compile",)
                 body, last = compile_cell(cell, source)
                 box[0] = ("run",)
@@ -363,6 +407,8 @@ def _vivarium_session():
             if box[0] is None or box[0][0] not in ("value", "exc"):
                 box[0] = ("exc", e, False)
         user_handler = box[1] if len(box) > 1 else quiet()
+        with lock:
+            state["current"] = None  # (serve() does it, unless interrupted before)
         outcome = box[0]
         flush_all()
         try:

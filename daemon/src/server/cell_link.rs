@@ -13,9 +13,6 @@
 //! buffer, parsed into a typed struct, its strings clamped; fds that come with it are
 //! closed; nothing in here panics on what the sandbox sends.
 
-// The session server is the next step; until it lands, only the tests use this module.
-#![cfg_attr(not(test), allow(dead_code))]
-
 use serde::Deserialize;
 use std::io::{self, IoSlice, IoSliceMut};
 use std::os::fd::{BorrowedFd, OwnedFd};
@@ -123,10 +120,10 @@ pub(crate) struct CellLink {
     sending: tokio::sync::Mutex<()>,
 }
 
-/// A connected link: the daemon's end and the sandbox's (close-on-exec, blocking: to
-/// become the interpreter's fd 0). Needs a tokio runtime (the daemon's end registers
-/// with it).
-pub(crate) fn pair() -> io::Result<(CellLink, OwnedFd)> {
+/// A connected link's two ends as fds: the daemon's (non-blocking, for tokio) and the
+/// sandbox's (close-on-exec, blocking: to become the interpreter's fd 0). A warm pool
+/// keeps the daemon's as an fd until a session takes the sandbox ([`CellLink::from_fd`]).
+pub(crate) fn fd_pair() -> io::Result<(OwnedFd, OwnedFd)> {
     use nix::fcntl::{fcntl, FcntlArg, OFlag};
     use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
     let (ours, theirs) = socketpair(
@@ -137,10 +134,23 @@ pub(crate) fn pair() -> io::Result<(CellLink, OwnedFd)> {
     )?;
     let flags = OFlag::from_bits_retain(fcntl(&ours, FcntlArg::F_GETFL)?);
     fcntl(&ours, FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK))?;
-    Ok((CellLink::new(UnixSeqpacket::try_from(ours)?), theirs))
+    Ok((ours, theirs))
+}
+
+/// A connected link: the daemon's end, and the sandbox's fd (see [`fd_pair`]). Needs a
+/// tokio runtime (the daemon's end registers with it).
+#[cfg(test)]
+pub(crate) fn pair() -> io::Result<(CellLink, OwnedFd)> {
+    let (ours, theirs) = fd_pair()?;
+    Ok((CellLink::from_fd(ours)?, theirs))
 }
 
 impl CellLink {
+    /// The daemon's end from [`fd_pair`] (it must be non-blocking).
+    pub fn from_fd(fd: OwnedFd) -> io::Result<Self> {
+        Ok(CellLink::new(UnixSeqpacket::try_from(fd)?))
+    }
+
     pub fn new(sock: UnixSeqpacket) -> Self {
         CellLink {
             sock,
@@ -326,10 +336,16 @@ mod tests {
     /// `/usr/bin/python3 -I -S -c SESSION_BOOTSTRAP`, as a sandbox runs it, once it has
     /// written its ready byte.
     async fn start() -> Session {
+        start_with(&["-I", "-S"], &[]).await
+    }
+
+    async fn start_with(flags: &[&str], preload: &[&str]) -> Session {
         let (link, theirs) = pair().expect("socketpair");
         let cwd = tempfile::tempdir().expect("tempdir");
         let mut child = Command::new("/usr/bin/python3")
-            .args(["-I", "-S", "-c", SESSION_BOOTSTRAP])
+            .args(flags)
+            .args(["-c", SESSION_BOOTSTRAP])
+            .args(preload)
             .stdin(Stdio::from(theirs))
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -467,6 +483,70 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn preloaded_modules_are_imported_before_the_first_cell() {
+        let mut s = start_with(&["-I"], &["json", "decimal"]).await;
+        assert_eq!(
+            s.value("import sys; [m in sys.modules for m in ('json', 'decimal')]")
+                .await
+                .as_deref(),
+            Some("[True, True]")
+        );
+        assert_eq!(
+            s.value("'json' in globals()").await.as_deref(),
+            Some("False")
+        );
+    }
+
+    #[tokio::test]
+    async fn no_fd_is_left_behind_from_cell_to_cell() {
+        let mut s = start().await;
+        let count = "import os; len(os.listdir('/proc/self/fd'))";
+        let before = s.value(count).await;
+        for _ in 0..30 {
+            s.run_with("input()", b"leftover\nlines\n").await;
+        }
+        assert_eq!(s.value(count).await, before);
+    }
+
+    async fn with_fds(link: &CellLink, fds: &[BorrowedFd<'_>], data: &[u8]) {
+        let mut space = [0u8; 64];
+        let mut anc = AncillaryMessageWriter::new(&mut space);
+        anc.add_fds(fds).unwrap();
+        link.sock
+            .send_vectored_with_ancillary(&[IoSlice::new(data)], &mut anc)
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn malformed_datagrams_from_the_daemon_are_ignored_and_their_fds_closed() {
+        let mut s = start().await;
+        let count = "import os; len(os.listdir('/proc/self/fd'))";
+        let before = s.value(count).await;
+        let (r1, _w1) = pipe();
+        let (r2, _w2) = pipe();
+        let mut header = vec![b'C'];
+        header.extend_from_slice(&77u32.to_le_bytes());
+        header.extend_from_slice(&10u64.to_le_bytes());
+        // A cell with two fds, a cell without, unknown and short datagrams, code with no
+        // cell, an interrupt with fds attached.
+        with_fds(&s.link, &[r1.as_fd(), r2.as_fd()], &header).await;
+        s.link.sock.send(&header).await.unwrap();
+        for d in [&b"Z"[..], b"I\x01", b"Dcode", b"C\x01\x00\x00\x00"] {
+            s.link.sock.send(d).await.unwrap();
+        }
+        with_fds(&s.link, &[r1.as_fd()], b"I\x4d\x00\x00\x00").await;
+        with_fds(&s.link, &[r1.as_fd()], b"Z").await;
+        // A cell cut short (as by a cancelled send_cell), then one past its length.
+        with_fds(&s.link, &[r1.as_fd()], &header).await;
+        s.link.sock.send(b"Dabc").await.unwrap();
+        assert_eq!(s.value("1 + 2").await.as_deref(), Some("3"));
+        with_fds(&s.link, &[r1.as_fd()], &header).await;
+        s.link.sock.send(b"D0123456789abc").await.unwrap();
+        assert_eq!(s.value(count).await, before);
+    }
+
+    #[tokio::test]
     async fn the_last_expression_is_the_value_unless_a_semicolon_ends_it() {
         let mut s = start().await;
         s.value("x = 'v'").await;
@@ -485,6 +565,15 @@ mod tests {
         assert_eq!(
             s.value("s = '''a;\nb;'''; s").await.as_deref(),
             Some("'a;\\nb;'")
+        );
+        assert_eq!(s.value("(x) ;").await, None);
+        assert_eq!(s.value("x \\\n ;").await, None);
+        assert_eq!(s.value("x  # ;").await.as_deref(), Some("'v'"));
+        assert_eq!(s.value("x;\n# a comment").await, None);
+        assert_eq!(s.value("x ;\r\n").await, None);
+        assert_eq!(
+            s.value("z = '\u{2028}\x0c'\r\nz").await.as_deref(),
+            Some("'\\u2028\\x0c'")
         );
         assert_eq!(s.value("# only a comment").await, None);
         assert_eq!(s.value("").await, None);
@@ -658,6 +747,44 @@ mod tests {
         s.link.interrupt(cell).await.unwrap();
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert_eq!(s.value("1").await.as_deref(), Some("1"));
+    }
+
+    #[tokio::test]
+    async fn an_interrupt_sent_with_the_cell_stops_it() {
+        let mut s = start().await;
+        s.value("x = 3").await;
+        for _ in 0..20 {
+            // Read before the cell has started, or as it runs: it stops the cell.
+            let cell = s.send("import time\ntime.sleep(60)", b"").await;
+            s.link.interrupt(cell).await.unwrap();
+            let r = s.result().await;
+            assert_eq!((r.cell, exception(&r).0), (cell, "KeyboardInterrupt"));
+            assert_eq!(s.value("x").await.as_deref(), Some("3"));
+        }
+    }
+
+    #[tokio::test]
+    async fn an_interrupt_racing_the_end_of_a_cell_never_reaches_the_next() {
+        let mut s = start().await;
+        s.value("x = 3").await;
+        for i in 0..100 {
+            // The cell ends just after the line: the interrupt lands in it or after it
+            // ended, either is fine; the next cell (no interrupt) must not get it.
+            let code =
+                format!("sum(range({i} * 100))\nprint('go', flush=True)\nsum(range({i} * 100))");
+            let cell = s.send(&code, b"").await;
+            s.wait_for_line("go").await;
+            s.link.interrupt(cell).await.unwrap();
+            let r = s.result().await;
+            assert_eq!(r.cell, cell);
+            match &r.status {
+                CellStatus::Ok => {}
+                CellStatus::Exception { type_name, .. } => {
+                    assert_eq!(type_name, "KeyboardInterrupt", "{r:?}")
+                }
+            }
+            assert_eq!(s.value("x").await.as_deref(), Some("3"));
+        }
     }
 
     #[tokio::test]

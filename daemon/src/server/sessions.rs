@@ -639,9 +639,7 @@ async fn sandbox(
     let pipe = |fd: OwnedFd| {
         tokio::net::unix::pipe::Receiver::from_owned_fd(fd).map_err(|e| internal("pipe", e))
     };
-    let link = UnixSeqpacket::try_from(w.stdin)
-        .map(CellLink::new)
-        .map_err(|e| internal("control link", e))?;
+    let link = CellLink::from_fd(w.stdin).map_err(|e| internal("control link", e))?;
     // (A pooled sandbox's `Taker` is dropped here: a session lasts minutes, and its pool
     // should refill now, not when it ends.)
     let sb = Sandbox {

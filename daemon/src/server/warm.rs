@@ -734,24 +734,9 @@ pub(super) async fn build_session_with(
     if let Some(ready) = &env {
         crate::packages::install::use_env(&mut plan, &ready.entry.env());
     }
-    let (ours, theirs) = link_pair().map_err(WarmError::Link)?;
+    let (ours, theirs) = super::cell_link::fd_pair().map_err(WarmError::Link)?;
     let launched = super::job::launch_with_stdin(daemon, &plan, b"", theirs).await?;
     until_ready(daemon, active, job_id, launched, ours, env, false).await
-}
-
-/// A session's control link: a SOCK_SEQPACKET pair, close-on-exec; `(ours, the sandbox's)`.
-/// Ours is non-blocking (tokio's), the sandbox's blocking (its reader thread's).
-fn link_pair() -> std::io::Result<(OwnedFd, OwnedFd)> {
-    use nix::fcntl::{fcntl, FcntlArg, OFlag};
-    use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
-    let (ours, theirs) = socketpair(
-        AddressFamily::Unix,
-        SockType::SeqPacket,
-        None,
-        SockFlag::SOCK_CLOEXEC,
-    )?;
-    fcntl(&ours, FcntlArg::F_SETFL(OFlag::O_NONBLOCK))?;
-    Ok((ours, theirs))
 }
 
 /// Wait until a launched warm sandbox's interpreter has started and said it is ready.
