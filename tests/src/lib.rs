@@ -19,7 +19,7 @@ pub use daemon::{default_profile_with, shipped_default_with, Daemon, DaemonOpts}
 pub use leaks::{alive, descendants, host_cgroup_version, host_cgroup_view, Proc, Snapshot};
 pub use raw::RawConn;
 pub use vivarium_client::{
-    proto, Client, ClientError, Collected, Job, JobEvent, JobHandle, Stream,
+    proto, Client, ClientError, Collected, Job, JobEvent, JobHandle, SessionSpec, Stream,
 };
 
 use serde_json::Value;

@@ -315,9 +315,10 @@ async fn wait_for_stop(daemon: &Arc<Daemon>, signals: &mut Signals, opts: &RunOp
     }
 }
 
-/// How long the daemon has had neither a connection nor a job.
+/// How long the daemon has had neither a connection, nor a job, nor an open session (an
+/// exit would end every session: they wait for their own idle TTL instead).
 fn idle_for(daemon: &Daemon) -> Duration {
-    let busy = daemon.connections.load(Ordering::SeqCst) > 0;
+    let busy = daemon.connections.load(Ordering::SeqCst) > 0 || daemon.sessions.open_count() > 0;
     let mut b = daemon.jobs.lock();
     if busy || b.active > 0 {
         b.idle_since = None;
