@@ -1087,4 +1087,66 @@ mod tests {
             })
             .is_err());
     }
+
+    /// A session's limits: `[session]` (or the job limits where it says nothing),
+    /// tightened by the request, never loosened; the memory guard follows the memory.
+    #[test]
+    fn sessions_may_tighten_but_not_loosen() {
+        use vivarium_proto::SessionLimitOverrides as O;
+        // The shipped default without its own [session] (the file's last section).
+        let base = default_text()
+            .split("\n[session]")
+            .next()
+            .unwrap()
+            .to_owned();
+        let text = base.clone() + "\n[session]\nidle_ttl_secs = 60\nmemory_guard = 0.5\n";
+        let p = parse(&text).unwrap();
+        let own = p.session_limits(&O::default()).unwrap();
+        assert_eq!(own.idle_ttl_ms, 60_000);
+        assert_eq!(own.lifetime_ms, 3_600_000);
+        assert_eq!(own.cell_wall_ms, p.file.limits.wall_ms);
+        assert_eq!(own.cpu_ms, p.file.limits.cpu_ms * 10);
+        assert_eq!(own.memory_bytes, p.file.limits.memory_bytes);
+        assert_eq!(own.memory_guard_bytes, p.file.limits.memory_bytes / 2);
+        let tight = p
+            .session_limits(&O {
+                idle_ttl_ms: Some(1000),
+                memory_bytes: Some(64 << 20),
+                ..Default::default()
+            })
+            .unwrap();
+        assert_eq!(
+            (tight.idle_ttl_ms, tight.memory_guard_bytes),
+            (1000, 32 << 20)
+        );
+        for loose in [
+            O {
+                idle_ttl_ms: Some(60_001),
+                ..Default::default()
+            },
+            O {
+                lifetime_ms: Some(3_600_001),
+                ..Default::default()
+            },
+            O {
+                memory_bytes: Some(own.memory_bytes + 1),
+                ..Default::default()
+            },
+            O {
+                cpu_ms: Some(0),
+                ..Default::default()
+            },
+        ] {
+            assert!(p.session_limits(&loose).is_err(), "{loose:?}");
+        }
+        for bad in [
+            "memory_guard = 1.0",
+            "memory_guard = -0.1",
+            "idle_ttl_secs = 0",
+            "pool = 65",
+        ] {
+            let text = base.clone() + "\n[session]\n" + bad + "\n";
+            assert!(parse(&text).is_err(), "{bad}");
+        }
+    }
 }
