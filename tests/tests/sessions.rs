@@ -1001,3 +1001,19 @@ async fn preloads_come_with_pooled_sessions_and_idle_memory_is_bounded() {
         "{late:?}"
     );
 }
+
+/// A tombstone answers for `session_tombstone_secs`; after that the handle is unknown.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tombstone_answers_for_its_time_then_the_handle_is_unknown() {
+    if !require_root() {
+        return;
+    }
+    let d = daemon(DaemonOpts::default().config_line("session_tombstone_secs = 1"));
+    let mut c = Conn::new(&d).await;
+    let h = c.open(limits()).await.info.handle;
+    c.close(&h).await;
+    let soon = c.ask(Request::CloseSession(h.clone())).await;
+    assert_eq!(expired(&soon).reason, SessionEndReason::Closed);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    not_found(&c.ask(Request::CloseSession(h.clone())).await);
+}

@@ -60,6 +60,8 @@ struct Tombstone {
     uid: u32,
     ended: SessionEnded,
     at: Instant,
+    /// Kept until then (`session_tombstone_secs` when it was buried).
+    until: Instant,
 }
 
 /// One live session, as the table holds it.
@@ -220,7 +222,12 @@ impl Sessions {
         if let Some(e) = table.live.get(&handle.0).filter(|e| e.uid == uid) {
             return Ok(e.clone());
         }
-        if let Some(t) = table.tombstones.get(&handle.0).filter(|t| t.uid == uid) {
+        let now = Instant::now();
+        if let Some(t) = table
+            .tombstones
+            .get(&handle.0)
+            .filter(|t| t.uid == uid && now < t.until)
+        {
             let mut ended = t.ended.clone();
             ended.ended_ms_ago = ms(t.at.elapsed());
             return Err(Gone::Expired(Box::new(ended)));
@@ -238,16 +245,15 @@ impl Sessions {
             };
             return Err(Gone::Expired(Box::new(ended)));
         }
-        table
-            .tombstones
-            .retain(|_, t| t.at.elapsed() < TOMBSTONE_FLOOR);
+        table.tombstones.retain(|_, t| now < t.until);
         Err(Gone::NotFound)
     }
 
     fn bury(&self, entry: &Entry, ended: SessionEnded, keep: Duration) {
         let mut table = self.table.lock().expect("sessions lock");
         table.live.remove(&entry.handle.0);
-        table.tombstones.retain(|_, t| t.at.elapsed() < keep);
+        let now = Instant::now();
+        table.tombstones.retain(|_, t| now < t.until);
         if table.tombstones.len() >= MAX_TOMBSTONES {
             if let Some(oldest) = table
                 .tombstones
@@ -263,7 +269,8 @@ impl Sessions {
             Tombstone {
                 uid: entry.uid,
                 ended,
-                at: Instant::now(),
+                at: now,
+                until: now + keep,
             },
         );
     }
@@ -320,10 +327,6 @@ impl Sessions {
         }
     }
 }
-
-/// Tombstones of a handle that is asked about are kept at least this long, whatever
-/// the config says (pruned lazily).
-const TOMBSTONE_FLOOR: Duration = Duration::from_secs(24 * 3600);
 
 enum Gone {
     NotFound,
