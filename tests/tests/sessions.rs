@@ -638,6 +638,18 @@ async fn every_end_leaves_nothing_and_a_restart_is_told() {
         "session processes outlived a killed daemon: {:?}",
         d.job_processes()
     );
+    // What a crash leaves in the cgroup subtree, the next daemon reaps; and the session
+    // it had is told as restarted.
+    d.restart().expect("restart after kill -9");
+    assert_eq!(d.cgroup_leftovers(), Vec::<std::path::PathBuf>::new());
+    assert!(d.state_leftovers().is_empty(), "{:?}", d.state_leftovers());
+    let mut c = Conn::new(&d).await;
+    let told = c.try_exec(&h2, "x", None).await.unwrap_err();
+    assert_eq!(
+        expired(&told).reason,
+        SessionEndReason::DaemonRestarted,
+        "{told:?}"
+    );
 }
 
 /// 500 sessions opened and closed: the daemon's fds and memory stay flat.
