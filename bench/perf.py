@@ -99,6 +99,74 @@ class Library:
         self.p.wait(timeout=10)
 
 
+class SessionOpen:
+    """A long-lived bench_client in session mode: each call opens a session, runs `cells`
+    pairs of cells (`x = 1`, then `x`) in it and closes it; returns the open's time, and
+    keeps the cells' round trips (`assign`, `value`) and where each session's sandbox came
+    from."""
+
+    def __init__(self, exe, sock, profile, cells=3):
+        self.p = subprocess.Popen([exe, "--socket", sock, "--profile", profile, "--mode", "session",
+                                   "--cells", str(cells)],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.cells = {"assign": [], "value": [], "close": []}
+        self.kinds = []
+
+    def __call__(self):
+        self.p.stdin.write("go\n")
+        self.p.stdin.flush()
+        opened = None
+        while True:
+            line = self.p.stdout.readline()
+            if not line:
+                sys.exit("bench_client (session) failed (see its stderr above)")
+            what, ms, *kind = line.split()
+            if what == "open":
+                opened = float(ms)
+                self.kinds.append(kind[0])
+            else:
+                self.cells[what].append(float(ms))
+            if what == "close":
+                return opened
+
+    def close(self):
+        self.p.stdin.close()
+        self.p.wait(timeout=10)
+
+
+def idle_session_uss(exe, sock, spawner, profile, count, packages=()):
+    """Median USS of an idle session's sandbox (its init + its interpreter, after one cell
+    `x = 1`), with `count` sessions held open by a bench_client in hold mode."""
+    cmd = [exe, "--socket", sock, "--profile", profile, "--mode", "hold", "--clients", str(count)]
+    for p in packages:
+        cmd += ["--package", p]
+    hold = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        line = hold.stdout.readline()
+        if not line.startswith("held "):
+            sys.exit("bench_client (hold) failed (see its stderr above)")
+        time.sleep(0.5)
+        found = []
+        for init in children(spawner):
+            procs = [init] + children(init)
+            try:
+                cmdline = "".join(open(f"/proc/{p}/cmdline").read() for p in procs)
+                if SESSION_MARK not in cmdline:
+                    continue
+                found.append(sum(uss_kib(p) for p in procs))
+            except OSError:
+                continue
+        # The held sessions, and any ready session sandboxes of the pool beside them.
+        return statistics.median(found) if len(found) >= count else None
+    finally:
+        hold.stdin.close()
+        hold.wait(timeout=30)
+
+
+# Text of the session bootstrap, which its interpreter's command line carries (`-c`).
+SESSION_MARK = "Vivarium's session sandbox"
+
+
 def bare_throughput(clients, seconds):
     """Bare interpreter starts per second with `clients` concurrent loops. Each loop is its
     own process (posix_spawn + waitpid), so the harness is not one interpreter's threads
@@ -397,6 +465,9 @@ def main():
             with open(os.path.join(prof, "benchnpwarm.toml"), "w") as f:
                 f.write(np_text + f'\n[warm]\npool = {args.pool}\nidle_secs = 600\n'
                         'packages = ["numpy"]\npreload = ["numpy"]\n')
+            with open(os.path.join(prof, "benchnpsess.toml"), "w") as f:
+                f.write(np_text + '\n[warm]\npool = 0\npackages = ["numpy"]\npreload = ["numpy"]\n'
+                        '\n[session]\npool = 2\n')
             with open(os.path.join(prof, "benchnpzyg.toml"), "w") as f:
                 f.write(np_text + f'\n[warm]\nzygote = true\npool = {args.pool}\nidle_secs = 600\n'
                         'packages = ["numpy"]\npreload = ["numpy"]\n')
@@ -428,6 +499,7 @@ def main():
         zyg = Library(lib_exe, sock, "benchzyg")
         zyg0 = Library(lib_exe, sock, "benchzyg0")
         lib_default = Library(lib_exe, shipped_sock, args.shipped_profile)
+        session = SessionOpen(lib_exe, shipped_sock, args.shipped_profile)
         launchers = [
             ("bare", f"{PY} -I -S -c pass", lambda: timed([PY, *FLAGS, "-c", "pass"])),
             ("bwrap", "bwrap --unshare-all ... python3 -I -S -c pass", lambda: timed(bwrap_cmd("pass"))),
@@ -445,6 +517,8 @@ def main():
              lib_default),
             ("library", "client library submit-to-outcome", lib),
             ("warm", "warm path, sandboxes built by cold starts (library)", warm),
+            ("session-open", f"open a session, the shipped {args.shipped_profile} profile "
+             "(library; from its session pool)", session),
             ("zygote", "warm path, sandboxes forked from a zygote (library)", zyg),
             ("zygote0", "zygote without a pool: forked per job (library)", zyg0),
         ]
@@ -479,7 +553,7 @@ def main():
             for name, _, f in launchers[k:] + launchers[:k]:
                 times[name].append(f())
                 time.sleep(args.settle_ms / 1000)
-        for l in (lib, warm, zyg, zyg0, lib_default):
+        for l in (lib, warm, zyg, zyg0, lib_default, session):
             l.close()
         if numpy:
             np_cold.close()
@@ -507,6 +581,10 @@ def main():
         zuss = zygote_uss(sp, pools) if sp else None
         running = running_forked_uss(viv, sock, sp, "benchzyg0") if sp else None
         warm_uss, np_uss = idle_warm_uss(sp, pools) if sp else (None, None)
+        ssp = spawner_pid(shipped.pid)
+        sess_uss = idle_session_uss(lib_exe, shipped_sock, ssp, args.shipped_profile, 4) if ssp else None
+        np_sess_uss = (idle_session_uss(lib_exe, sock, sp, "benchnpsess", 2, ["numpy"])
+                       if sp and numpy else None)
     finally:
         for p in (d, shipped):
             if p is not None:
@@ -545,6 +623,17 @@ def main():
               "beyond its pool run cold: a refill is a whole cold build, done only while no job "
               "waits."]
     mib = lambda k: f"{k / 1024:.1f} MiB" if k is not None else "not measured"
+    cells = session.cells
+    lines += ["", f"Sessions ({shipped_label}, through the library, one connection): "
+              f"{share(session.kinds.count('ready') / max(1, len(session.kinds)))} of the "
+              "session-open row's sessions took a sandbox from the session pool.", "",
+              "| cell round trip | n | median ms | p90 ms | p99 ms |", "|---|---:|---:|---:|---:|"]
+    lines += [f"| `{code}` | {len(xs)} | {statistics.median(xs):.3f} | {pct(xs, 90):.3f} | {pct(xs, 99):.3f} |"
+              for code, xs in (("x = 1", cells["assign"]), ("x", cells["value"]),
+                               ("close the session", cells["close"]))]
+    lines += ["", f"Idle session, private memory (USS of its init + its interpreter after one "
+              f"cell, median of 4): {mib(sess_uss)}; numpy-preloaded (its environment and "
+              f"`import numpy` done in the pool): {mib(np_sess_uss)}."]
     zuss = zuss or {}
     lines += ["", f"Peak resident memory (VmHWM): daemon {mem[0] / 1024:.1f} MiB, "
                   f"spawner {mem[1] / 1024:.1f} MiB. Idle warm sandbox, private memory (USS of "

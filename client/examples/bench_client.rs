@@ -9,6 +9,15 @@
 //!   for `--seconds S`; prints `jobs=<n> seconds=<s> failed=<n> ready=<n> forked=<n>`
 //!   (`ready`: jobs that took a sandbox built ahead; `forked`: forked from a zygote).
 //!
+//! - `session`: for each line on stdin, opens a session (on a connection kept open),
+//!   runs `--cells` cells `x = 1` and as many `x` in it, alternating, and closes it;
+//!   writes `open <ms> <kind>`, then `assign <ms>` and `value <ms>` per cell, then `close
+//!   <ms>`: the open's time (to `SessionOpened`) and each cell's round trip (request to
+//!   `CellFinished`), through the library on one connection.
+//! - `hold`: opens `--clients N` sessions, runs one cell `x = 1` in each, prints
+//!   `held <handles...>`, and keeps them open until stdin closes (for an idle session's
+//!   memory, read from outside).
+//!
 //! A job that does not end `ok` with the expected stdout counts as failed (and makes
 //! `latency` exit non-zero): a benchmark of failing jobs measures nothing.
 
@@ -17,13 +26,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, ValueEnum};
-use vivarium_client::proto::{Reason, SandboxStart};
-use vivarium_client::{Client, Job};
+use vivarium_client::proto::{CellStatus, Reason, SandboxStart, SessionHandle};
+use vivarium_client::{Cell, Client, Job, SessionSpec};
 
 #[derive(Clone, Copy, ValueEnum)]
 enum Mode {
     Latency,
     Throughput,
+    Session,
+    Hold,
 }
 
 #[derive(Parser)]
@@ -46,6 +57,60 @@ struct Args {
     /// A PyPI requirement for the job (repeatable).
     #[arg(long = "package")]
     packages: Vec<String>,
+    /// `session` mode: pairs of cells (`x = 1`, then `x`) per session.
+    #[arg(long, default_value_t = 20)]
+    cells: usize,
+}
+
+fn ms_since(start: Instant) -> f64 {
+    start.elapsed().as_secs_f64() * 1000.0
+}
+
+/// Open a session on `client`, returning it and how its sandbox was made.
+async fn open(client: &mut Client, args: &Args) -> Result<(SessionHandle, &'static str)> {
+    let mut spec = SessionSpec::new().profile(args.profile.clone());
+    for p in &args.packages {
+        spec = spec.package(p.clone());
+    }
+    let opened = client.open_session(&spec).await?;
+    Ok((opened.info.handle, kind(Some(opened.sandbox))))
+}
+
+/// Run one cell, which must end `Ok` with `value`.
+async fn cell(
+    client: &mut Client,
+    h: &SessionHandle,
+    code: &str,
+    value: Option<&str>,
+) -> Result<f64> {
+    let start = Instant::now();
+    let done = client
+        .exec_cell_collect(&Cell::new(h.clone(), code), None)
+        .await?;
+    let ms = ms_since(start);
+    if done.outcome.status != CellStatus::Ok || done.outcome.value.as_deref() != value {
+        bail!(
+            "cell {code:?} ended {:?} with value {:?}",
+            done.outcome.status,
+            done.outcome.value
+        );
+    }
+    Ok(ms)
+}
+
+async fn one_session(args: &Args) -> Result<()> {
+    let mut client = Client::connect(&args.socket).await?;
+    let start = Instant::now();
+    let (h, kind) = open(&mut client, args).await?;
+    println!("open {:.3} {kind}", ms_since(start));
+    for _ in 0..args.cells {
+        println!("assign {:.3}", cell(&mut client, &h, "x = 1", None).await?);
+        println!("value {:.3}", cell(&mut client, &h, "x", Some("1")).await?);
+    }
+    let start = Instant::now();
+    client.close_session(&h).await?;
+    println!("close {:.3}", ms_since(start));
+    Ok(())
 }
 
 /// Where a job's sandbox came from, as the daemon said.
@@ -88,6 +153,30 @@ async fn main() -> Result<()> {
                 line.context("reading stdin")?;
                 let (ms, kind) = one_job(&args).await?;
                 println!("{ms:.3} {kind}");
+            }
+        }
+        Mode::Session => {
+            for line in std::io::stdin().lock().lines() {
+                line.context("reading stdin")?;
+                one_session(&args).await?;
+            }
+        }
+        Mode::Hold => {
+            let mut client = Client::connect(&args.socket).await?;
+            let mut held = Vec::new();
+            for _ in 0..args.clients {
+                let (h, _) = open(&mut client, &args).await?;
+                cell(&mut client, &h, "x = 1", None).await?;
+                held.push(h.0);
+            }
+            println!("held {}", held.join(" "));
+            use std::io::Write;
+            std::io::stdout().flush()?;
+            for line in std::io::stdin().lock().lines() {
+                line.context("reading stdin")?;
+            }
+            for h in held {
+                client.close_session(&SessionHandle(h)).await?;
             }
         }
         Mode::Throughput => {

@@ -76,6 +76,17 @@ pub struct Config {
     /// `max_concurrent_jobs`. 0: none, every job of a pool profile starts cold (a
     /// zygote profile still forks each job's sandbox when it comes).
     pub max_ready_sandboxes: usize,
+    /// Sessions open at once over all uids; past it an open gets `Busy`. Each holds a
+    /// sandbox (two processes and its memory) for as long as it lives.
+    pub max_sessions: usize,
+    /// Sessions one uid may have open at once; past it an open gets `Busy`.
+    pub max_sessions_per_uid: usize,
+    /// Memory (bytes, cgroup usage) that idle sessions may hold together: past it the
+    /// longest-idle sessions are ended (`IdleMemory`) until the rest fit.
+    pub max_idle_session_bytes: u64,
+    /// How long an ended session's tombstone answers a late call with why it ended
+    /// (`SessionExpired`) before its handle is simply unknown.
+    pub session_tombstone_secs: u64,
 }
 
 /// How log lines are written to stderr.
@@ -120,6 +131,10 @@ impl Default for Config {
             package_cache_max_bytes: 8 << 30,
             package_cache_max_inodes: 4_000_000,
             max_ready_sandboxes: 16,
+            max_sessions: 32,
+            max_sessions_per_uid: 8,
+            max_idle_session_bytes: 4 << 30,
+            session_tombstone_secs: 24 * 3600,
         }
     }
 }
@@ -174,6 +189,7 @@ impl Config {
             "max_code_bytes_total",
             self.max_code_bytes_total != new.max_code_bytes_total,
         );
+        check("max_sessions", self.max_sessions != new.max_sessions);
         check("cgroup_subtree", self.cgroup_subtree != new.cgroup_subtree);
         check("state_dir", self.state_dir != new.state_dir);
         check("id_base", self.id_base != new.id_base);
@@ -214,6 +230,9 @@ impl Config {
         self.socket_mode_bits()?;
         if self.max_concurrent_jobs == 0 || self.max_concurrent_jobs > 4096 {
             return Err(bad("max_concurrent_jobs", "must be 1..=4096"));
+        }
+        if self.max_sessions > 4096 {
+            return Err(bad("max_sessions", "must be at most 4096"));
         }
         if self.max_queued_jobs > 65536 {
             return Err(bad("max_queued_jobs", "must be at most 65536"));
@@ -294,9 +313,10 @@ impl Config {
     }
 
     /// Host id slots: one per running job, plus spares for jobs whose init is still
-    /// exiting after their outcome was sent.
+    /// exiting after their outcome was sent, and one per session (each holds its
+    /// sandbox's slot for as long as it lives).
     pub fn id_slots(&self) -> u32 {
-        self.max_concurrent_jobs as u32 * 2 + 16
+        self.max_concurrent_jobs as u32 * 2 + self.max_sessions as u32 + 16
     }
 
     pub fn socket_mode_bits(&self) -> Result<u32, ConfigError> {

@@ -25,6 +25,101 @@ pub struct ProfileFile {
     /// PyPI packages a job may ask for (`docs/profiles.md`); absent: none.
     #[serde(default)]
     pub packages: crate::packages::PackagesSection,
+    /// Sessions: one sandbox whose interpreter keeps its state between cells
+    /// (docs/ARCHITECTURE.md, "Sessions").
+    #[serde(default)]
+    pub session: SessionSection,
+}
+
+/// A profile's sessions: their lifetimes and limits, which a client may only tighten.
+/// Absent fields take the profile's job limits (`cell_wall_ms`, `memory_bytes`, `pids`,
+/// `output_bytes`) or the defaults below.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionSection {
+    /// Whether this profile serves sessions at all.
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    /// A session with no cell for this long ends (`IdleTimeout`).
+    #[serde(default = "default_session_idle_ttl_secs")]
+    pub idle_ttl_secs: u64,
+    /// A session ends this long after it opened (`Lifetime`).
+    #[serde(default = "default_session_lifetime_secs")]
+    pub lifetime_secs: u64,
+    /// Each cell's wall limit; absent: `limits.wall_ms`.
+    #[serde(default)]
+    pub cell_wall_ms: Option<u64>,
+    /// CPU time over the whole session (every cell, and whatever runs between them);
+    /// absent: ten times `limits.cpu_ms`.
+    #[serde(default)]
+    pub cpu_ms: Option<u64>,
+    /// The session's memory (its cgroup); absent: `limits.memory_bytes`.
+    #[serde(default)]
+    pub memory_bytes: Option<u64>,
+    /// Its tasks; absent: `limits.pids`.
+    #[serde(default)]
+    pub pids: Option<u32>,
+    /// Each cell's output cap per stream; absent: `limits.output_bytes`.
+    #[serde(default)]
+    pub output_bytes: Option<u64>,
+    /// The memory guard, as a fraction of `memory_bytes`: a cell that takes the session's
+    /// memory past it is interrupted (KeyboardInterrupt) so that the session keeps its
+    /// state instead of meeting the OOM killer; on cgroup v2 it is also `memory.high`,
+    /// which slows the allocation down meanwhile. 0 turns the guard off.
+    #[serde(default = "default_session_memory_guard")]
+    pub memory_guard: f64,
+    /// How long an interrupted cell has to stop before the session is killed.
+    #[serde(default = "default_session_interrupt_grace_ms")]
+    pub interrupt_grace_ms: u64,
+    /// Session sandboxes kept ready (built ahead, their interpreter waiting for cells),
+    /// so that opening a session starts no interpreter; grows under demand up to
+    /// `pool_max`, as `[warm]`'s pool does.
+    #[serde(default)]
+    pub pool: u32,
+    #[serde(default)]
+    pub pool_max: Option<u32>,
+}
+
+fn default_true() -> bool {
+    true
+}
+fn default_session_idle_ttl_secs() -> u64 {
+    600
+}
+fn default_session_lifetime_secs() -> u64 {
+    3600
+}
+fn default_session_memory_guard() -> f64 {
+    0.9
+}
+fn default_session_interrupt_grace_ms() -> u64 {
+    2000
+}
+
+impl Default for SessionSection {
+    fn default() -> Self {
+        SessionSection {
+            enabled: true,
+            idle_ttl_secs: default_session_idle_ttl_secs(),
+            lifetime_secs: default_session_lifetime_secs(),
+            cell_wall_ms: None,
+            cpu_ms: None,
+            memory_bytes: None,
+            pids: None,
+            output_bytes: None,
+            memory_guard: default_session_memory_guard(),
+            interrupt_grace_ms: default_session_interrupt_grace_ms(),
+            pool: 0,
+            pool_max: None,
+        }
+    }
+}
+
+impl SessionSection {
+    /// The session pool's cap under demand (`pool_max`, or `pool`).
+    pub fn pool_cap(&self) -> u32 {
+        self.pool_max.unwrap_or(self.pool).max(self.pool)
+    }
 }
 
 /// The warm path: sandboxes built and interpreters started ahead of time, each of which
@@ -416,6 +511,33 @@ impl Profile {
                 ));
             }
         }
+        let ss = &file.session;
+        for (field, v) in [
+            ("session.idle_ttl_secs", Some(ss.idle_ttl_secs)),
+            ("session.lifetime_secs", Some(ss.lifetime_secs)),
+            ("session.cell_wall_ms", ss.cell_wall_ms),
+            ("session.cpu_ms", ss.cpu_ms),
+            ("session.memory_bytes", ss.memory_bytes),
+            ("session.pids", ss.pids.map(u64::from)),
+            ("session.output_bytes", ss.output_bytes),
+            ("session.interrupt_grace_ms", Some(ss.interrupt_grace_ms)),
+        ] {
+            if v == Some(0) {
+                return Err(bad(field, "must be positive".into()));
+            }
+        }
+        if !(0.0..1.0).contains(&ss.memory_guard) {
+            return Err(bad(
+                "session.memory_guard",
+                "must be at least 0 (off) and below 1 (a fraction of the memory limit)".into(),
+            ));
+        }
+        if ss.pool > MAX_WARM_POOL || ss.pool_cap() > MAX_WARM_POOL {
+            return Err(bad(
+                "session.pool",
+                format!("pool and pool_max must be at most {MAX_WARM_POOL}"),
+            ));
+        }
         if file.warm.pool > MAX_WARM_POOL {
             return Err(bad("warm.pool", format!("must be at most {MAX_WARM_POOL}")));
         }
@@ -563,6 +685,65 @@ impl Profile {
             memory_bytes: m.memory_bytes,
             pids: m.pids,
             output_bytes: m.output_bytes,
+        }
+    }
+
+    /// A session's limits: the profile's `[session]` values (or its job limits where
+    /// that section says nothing), tightened by the request's overrides.
+    pub fn session_limits(
+        &self,
+        o: &vivarium_proto::SessionLimitOverrides,
+    ) -> Result<vivarium_proto::SessionLimits, LimitError> {
+        let s = &self.file.session;
+        let l = &self.file.limits;
+        let memory = s.memory_bytes.unwrap_or(l.memory_bytes);
+        let pick = |field, req: Option<u64>, max: u64| match req {
+            None => Ok(max),
+            Some(v) if v >= 1 && v <= max => Ok(v),
+            Some(v) => Err(LimitError {
+                field,
+                requested: v,
+                max,
+            }),
+        };
+        let memory_bytes = pick("memory_bytes", o.memory_bytes, memory)?;
+        Ok(vivarium_proto::SessionLimits {
+            idle_ttl_ms: pick("idle_ttl_ms", o.idle_ttl_ms, s.idle_ttl_secs * 1000)?,
+            lifetime_ms: pick("lifetime_ms", o.lifetime_ms, s.lifetime_secs * 1000)?,
+            cell_wall_ms: pick("cell_wall_ms", o.cell_wall_ms, self.session_cell_wall_ms())?,
+            cpu_ms: pick("cpu_ms", o.cpu_ms, s.cpu_ms.unwrap_or(l.cpu_ms * 10))?,
+            memory_bytes,
+            memory_guard_bytes: (memory_bytes as f64 * s.memory_guard) as u64,
+            pids: pick(
+                "pids",
+                o.pids.map(u64::from),
+                u64::from(s.pids.unwrap_or(l.pids)),
+            )? as u32,
+            output_bytes: pick(
+                "output_bytes",
+                o.output_bytes,
+                s.output_bytes.unwrap_or(l.output_bytes),
+            )?,
+            interrupt_grace_ms: s.interrupt_grace_ms,
+        })
+    }
+
+    fn session_cell_wall_ms(&self) -> u64 {
+        self.file
+            .session
+            .cell_wall_ms
+            .unwrap_or(self.file.limits.wall_ms)
+    }
+
+    /// The limits a session's sandbox is built with (its cgroup's memory and pids; the
+    /// wall and CPU limits are the session's own, armed when it opens).
+    pub fn session_sandbox_limits(&self, s: &vivarium_proto::SessionLimits) -> JobLimits {
+        JobLimits {
+            wall_ms: s.lifetime_ms,
+            cpu_ms: s.cpu_ms,
+            memory_bytes: s.memory_bytes,
+            pids: s.pids,
+            output_bytes: s.output_bytes,
         }
     }
 
@@ -905,5 +1086,67 @@ mod tests {
                 ..Default::default()
             })
             .is_err());
+    }
+
+    /// A session's limits: `[session]` (or the job limits where it says nothing),
+    /// tightened by the request, never loosened; the memory guard follows the memory.
+    #[test]
+    fn sessions_may_tighten_but_not_loosen() {
+        use vivarium_proto::SessionLimitOverrides as O;
+        // The shipped default without its own [session] (the file's last section).
+        let base = default_text()
+            .split("\n[session]")
+            .next()
+            .unwrap()
+            .to_owned();
+        let text = base.clone() + "\n[session]\nidle_ttl_secs = 60\nmemory_guard = 0.5\n";
+        let p = parse(&text).unwrap();
+        let own = p.session_limits(&O::default()).unwrap();
+        assert_eq!(own.idle_ttl_ms, 60_000);
+        assert_eq!(own.lifetime_ms, 3_600_000);
+        assert_eq!(own.cell_wall_ms, p.file.limits.wall_ms);
+        assert_eq!(own.cpu_ms, p.file.limits.cpu_ms * 10);
+        assert_eq!(own.memory_bytes, p.file.limits.memory_bytes);
+        assert_eq!(own.memory_guard_bytes, p.file.limits.memory_bytes / 2);
+        let tight = p
+            .session_limits(&O {
+                idle_ttl_ms: Some(1000),
+                memory_bytes: Some(64 << 20),
+                ..Default::default()
+            })
+            .unwrap();
+        assert_eq!(
+            (tight.idle_ttl_ms, tight.memory_guard_bytes),
+            (1000, 32 << 20)
+        );
+        for loose in [
+            O {
+                idle_ttl_ms: Some(60_001),
+                ..Default::default()
+            },
+            O {
+                lifetime_ms: Some(3_600_001),
+                ..Default::default()
+            },
+            O {
+                memory_bytes: Some(own.memory_bytes + 1),
+                ..Default::default()
+            },
+            O {
+                cpu_ms: Some(0),
+                ..Default::default()
+            },
+        ] {
+            assert!(p.session_limits(&loose).is_err(), "{loose:?}");
+        }
+        for bad in [
+            "memory_guard = 1.0",
+            "memory_guard = -0.1",
+            "idle_ttl_secs = 0",
+            "pool = 65",
+        ] {
+            let text = base.clone() + "\n[session]\n" + bad + "\n";
+            assert!(parse(&text).is_err(), "{bad}");
+        }
     }
 }

@@ -53,6 +53,30 @@ pub enum ToSpawner {
     /// The profiles were reloaded: every zygote ends once it has no running job (new
     /// ones start for the new activations). Appended: older variants keep their tags.
     ZygotesStale,
+    /// What a job uses now (a session's, between and after cells): answered with
+    /// `FromSpawner::Stats` on the job's route.
+    Stats { job_id: u64 },
+    /// A session's memory guard: with `bytes` > 0, set cgroup v2 `memory.high` to it
+    /// (v1 has no such knob) and, while `watch`, sample the job's memory often and send
+    /// `FromSpawner::MemoryHigh` when it reaches `bytes` (once per crossing).
+    Guard {
+        job_id: u64,
+        bytes: u64,
+        watch: bool,
+    },
+    /// SIGINT to the job's payload (its interpreter), from the spawner: at once, where a
+    /// session's own interrupt path waits for the interpreter's lock.
+    Interrupt { job_id: u64 },
+}
+
+/// What a job's cgroup says it uses now (`ToSpawner::Stats`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LiveStats {
+    /// CPU time since the job was armed (a warm sandbox's start-up is not counted).
+    pub cpu_ms: u64,
+    pub memory_bytes: u64,
+    pub peak_memory_bytes: u64,
+    pub oom_kills: u64,
 }
 
 /// Why the spawner killed a job.
@@ -110,6 +134,17 @@ pub enum FromSpawner {
     Log {
         level: LogLevel,
         message: String,
+    },
+    /// The answer to `ToSpawner::Stats` (all zero for a job without a cgroup, or one
+    /// that is gone). Appended: older variants keep their tags.
+    Stats {
+        job_id: u64,
+        stats: LiveStats,
+    },
+    /// A watched job's memory reached its guard (`ToSpawner::Guard`).
+    MemoryHigh {
+        job_id: u64,
+        memory_bytes: u64,
     },
 }
 

@@ -379,6 +379,9 @@ pub struct ZygoteSeccompWire {
 /// The warm sandbox's `-c` program: read one job from stdin (the header of
 /// [`warm_header`]), write it to [`SCRIPT_PATH`], run it as `__main__`.
 pub const WARM_BOOTSTRAP: &str = include_str!("warm_bootstrap.py");
+/// The session bootstrap (`-c`): a cell loop over the control link on fd 0, in one
+/// persistent `__main__` (docs/ARCHITECTURE.md, "Sessions").
+pub const SESSION_BOOTSTRAP: &str = include_str!("session_bootstrap.py");
 
 /// A job as a warm sandbox reads it on stdin, before the job's own stdin: `u32` argc,
 /// each argument as `u32` length + bytes, then `u32` length + the code (little endian).

@@ -19,7 +19,7 @@ pub use daemon::{default_profile_with, shipped_default_with, Daemon, DaemonOpts}
 pub use leaks::{alive, descendants, host_cgroup_version, host_cgroup_view, Proc, Snapshot};
 pub use raw::RawConn;
 pub use vivarium_client::{
-    proto, Client, ClientError, Collected, Job, JobEvent, JobHandle, Stream,
+    proto, Client, ClientError, Collected, Job, JobEvent, JobHandle, SessionSpec, Stream,
 };
 
 use serde_json::Value;
@@ -241,6 +241,16 @@ pub fn normalize_evidence(v: &Value) -> Value {
 }
 
 /// Poll `cond` every 20 ms until it holds or `timeout` passes; returns whether it held.
+/// Whether `pid` is a session's interpreter (its command line carries the session
+/// bootstrap, `sandbox/src/session_bootstrap.py`).
+pub fn is_session_sandbox(pid: i32) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+        let mark = vivarium_sandbox::plan::SESSION_BOOTSTRAP.as_bytes();
+        let head = &mark[..mark.len().min(64)];
+        c.windows(head.len()).any(|w| w == head)
+    })
+}
+
 pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let end = Instant::now() + timeout;
     loop {

@@ -29,6 +29,37 @@ impl RawConn {
         }
     }
 
+    /// A connection made as `uid` (its SO_PEERCRED), by a thread of its own that takes
+    /// that effective uid for itself alone (the `setresuid` syscall is per thread; libc's
+    /// wrapper would change every thread of the test) and ends with it.
+    pub async fn connect_as(path: &Path, uid: u32) -> RawConn {
+        use rustix::net::{
+            connect, socket_with, AddressFamily, SocketAddrUnix, SocketFlags, SocketType,
+        };
+        let path = path.to_owned();
+        let fd = std::thread::spawn(move || {
+            let as_uid = rustix::thread::Uid::from_raw(uid);
+            rustix::thread::set_thread_res_uid(None, Some(as_uid), None)
+                .expect("take the uid for this thread");
+            let fd = socket_with(
+                AddressFamily::UNIX,
+                SocketType::SEQPACKET,
+                SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
+                None,
+            )
+            .expect("socket");
+            connect(&fd, &SocketAddrUnix::new(&path).expect("socket path"))
+                .expect("connect as another uid");
+            fd
+        })
+        .join()
+        .expect("the connecting thread");
+        RawConn {
+            sock: UnixSeqpacket::try_from(fd).expect("a seqpacket socket"),
+            buf: vec![0; MAX_FRAME * 2],
+        }
+    }
+
     pub fn socket(&self) -> &UnixSeqpacket {
         &self.sock
     }

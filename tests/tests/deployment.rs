@@ -14,7 +14,8 @@ use nix::sys::signal::Signal;
 use vivarium_e2e::proto::{ErrorCode, ExitStatus, Reason};
 use vivarium_e2e::{
     alive, bin, default_profile_with, describe, describe_output, finish, probe, require_root,
-    wait_for_stdout, wait_until, workspace_dir, Client, Daemon, DaemonOpts, Job, JobEvent, SLEEPER,
+    wait_for_stdout, wait_until, workspace_dir, Client, Daemon, DaemonOpts, Job, JobEvent,
+    SessionSpec, SLEEPER,
 };
 
 const NO_STDIN: Option<&[u8]> = None;
@@ -163,6 +164,48 @@ async fn socket_activated_daemon_exits_when_idle() {
     assert!(daemon.exited().unwrap().success(), "{}", daemon.log());
     assert!(daemon.log().contains("idle; exiting"), "{}", daemon.log());
     assert_eq!(daemon.cgroup_subtree_dirs(), Vec::<PathBuf>::new());
+}
+
+/// An open session keeps a socket-activated daemon from its idle exit (which would end
+/// the session): it exits once the session's own idle TTL has ended it, and then
+/// `idle_exit_secs` later.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_open_session_keeps_a_socket_activated_daemon_up() {
+    if !require_root() || !require_tool("systemd-socket-activate") {
+        return;
+    }
+    let mut daemon = Daemon::start(
+        DaemonOpts::default()
+            .socket_activated()
+            .config_line("idle_exit_secs = 1"),
+    );
+    let opened = Instant::now();
+    {
+        let mut client = daemon.client().await;
+        client
+            .open_session(&SessionSpec::new().idle_ttl_ms(3000))
+            .await
+            .expect("open a session");
+    }
+    // No connection and no job from here: only the session.
+    std::thread::sleep(Duration::from_millis(2000));
+    assert!(
+        daemon.exited().is_none(),
+        "exited with a session open\n{}",
+        daemon.log()
+    );
+    let exited = wait_until(Duration::from_secs(10), || daemon.exited().is_some());
+    assert!(
+        exited,
+        "still running after the session ended\n{}",
+        daemon.log()
+    );
+    assert!(opened.elapsed() >= Duration::from_millis(3000));
+    assert!(
+        daemon.log().contains("reason=IdleTimeout"),
+        "{}",
+        daemon.log()
+    );
 }
 
 /// SIGTERM drains: the listener closes, a queued job is cancelled, a job that ends

@@ -11,8 +11,9 @@ use std::time::Duration;
 
 use vivarium_e2e::proto::{Reason, SandboxStart};
 use vivarium_e2e::{
-    alive, default_profile_with, describe, describe_output, evidence, normalize_evidence, probe,
-    require_root, shipped_default_with, wait_until, Collected, Daemon, DaemonOpts, Job,
+    alive, default_profile_with, describe, describe_output, evidence, is_session_sandbox,
+    normalize_evidence, probe, require_root, shipped_default_with, wait_until, Collected, Daemon,
+    DaemonOpts, Job,
 };
 
 /// Printed first by a job: `WARM` if its interpreter was started with the warm
@@ -37,12 +38,13 @@ fn ready(c: &Collected) -> bool {
     matches!(c.sandbox, Some(SandboxStart::Ready { .. }))
 }
 
-/// The daemon's live interpreters (ready sandboxes, and jobs while they run).
+/// The daemon's live job interpreters (ready sandboxes, and jobs while they run; not the
+/// shipped default's ready session sandbox, which its `[session] pool` keeps beside them).
 fn pythons(daemon: &Daemon) -> Vec<i32> {
     daemon
         .job_processes()
         .into_iter()
-        .filter(|p| p.comm.starts_with("python") && alive(p.pid))
+        .filter(|p| p.comm.starts_with("python") && alive(p.pid) && !is_session_sandbox(p.pid))
         .map(|p| p.pid)
         .collect()
 }

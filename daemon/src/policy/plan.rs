@@ -376,6 +376,27 @@ pub fn build_warm(
     plan
 }
 
+/// The plan of a session's sandbox: a cold-built warm sandbox (never forked from a
+/// zygote: a session is one sandbox built as a cold job's), whose program is the session
+/// bootstrap's cell loop rather than the one-job warm bootstrap. `limits` carry the
+/// session's memory and pids (its cgroup), lifetime and CPU budget.
+pub fn build_session(
+    job_id: u64,
+    profile: &Profile,
+    limits: &JobLimits,
+    seccomp: Vec<Vec<(u16, u8, u8, u32)>>,
+    cgroups: Option<&[ViewMount]>,
+) -> JobPlan {
+    let mut plan = build_warm(job_id, profile, limits, seccomp, None, cgroups);
+    let program = plan
+        .argv
+        .iter()
+        .position(|a| a == vivarium_sandbox::plan::WARM_BOOTSTRAP)
+        .expect("a warm plan runs the warm bootstrap");
+    plan.argv[program] = vivarium_sandbox::plan::SESSION_BOOTSTRAP.into();
+    plan
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -130,6 +130,8 @@ impl PackageAsk {
 struct Receiving {
     spec: JobSpec,
     ask: PackageAsk,
+    /// A cell's code arriving (else a job's).
+    cell: Option<vivarium_proto::ExecCell>,
     code: Vec<u8>,
     len: usize,
     /// Cancelled before the code was complete: the rest is read and dropped.
@@ -549,6 +551,7 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket, peer: Peer) {
                         receiving = Some(Receiving {
                             spec,
                             ask,
+                            cell: None,
                             code: Vec::new(),
                             len: len as usize,
                             cancelled: false,
@@ -592,6 +595,14 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket, peer: Peer) {
                 }
                 if r.got == r.len && r.refused {
                     // Its `Busy` was the answer.
+                } else if r.got == r.len && r.cancelled && r.cell.is_some() {
+                    // A cell that never reached its session: nothing ran, nothing changed.
+                    send_error(
+                        &sock,
+                        ErrorCode::UnexpectedMessage,
+                        "the cell was cancelled before its code was complete; it did not run",
+                    )
+                    .await;
                 } else if r.got == r.len && r.cancelled {
                     let job_id = daemon.next_job.fetch_add(1, Ordering::Relaxed);
                     let outcome = super::outcome::not_started(
@@ -609,7 +620,14 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket, peer: Peer) {
                                 code: r.code,
                                 permit: p,
                             };
-                            running = start(&daemon, &sock, &peer, v, r.spec, script, r.ask).await;
+                            running = match r.cell {
+                                Some(cell) => {
+                                    start_cell(&daemon, &sock, &peer, v, cell, script).await
+                                }
+                                None => {
+                                    start(&daemon, &sock, &peer, v, r.spec, script, r.ask).await
+                                }
+                            };
                         }
                         None => {
                             let why = code_budget_full(&daemon, 0);
@@ -665,15 +683,81 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket, peer: Peer) {
                 )
                 .await;
             }
-            (
-                Request::OpenSession(_)
-                | Request::ExecCell(_)
-                | Request::InterruptCell(_)
-                | Request::CloseSession(_)
-                | Request::ListSessions,
-                Some(_),
-            ) => {
-                send_error(&sock, ErrorCode::Internal, "sessions are not built yet").await;
+            (Request::OpenSession(open), Some(_)) => {
+                // Answered before the next frame is read: opening builds a sandbox (a
+                // few ms from a pool, more with packages), as a submit's start does.
+                super::sessions::open(&daemon, &sock, peer.uid, *open).await;
+            }
+            (Request::InterruptCell(handle), Some(_)) => {
+                super::sessions::interrupt(&daemon, &sock, peer.uid, &handle).await;
+            }
+            (Request::CloseSession(handle), Some(_)) => {
+                super::sessions::close(&daemon, &sock, peer.uid, &handle).await;
+            }
+            (Request::ListSessions, Some(_)) => {
+                super::sessions::list(&daemon, &sock, peer.uid).await;
+            }
+            (Request::ExecCell(cell), Some(v)) => {
+                if let Some(r) = running.take_if(|r| r.over.load(Ordering::SeqCst)) {
+                    let _ = r.done.await;
+                }
+                if running.is_some() || receiving.is_some() {
+                    send_error(
+                        &sock,
+                        ErrorCode::UnexpectedMessage,
+                        "a job or cell is already running on this connection",
+                    )
+                    .await;
+                    continue;
+                }
+                let cell = *cell;
+                match cell.code {
+                    Code::Inline(ref code) => {
+                        let code = code.clone();
+                        let Some(permit) = code_permit(&daemon, code.len()) else {
+                            let why = code_budget_full(&daemon, code.len());
+                            send_error(&sock, ErrorCode::Busy, why).await;
+                            continue;
+                        };
+                        running =
+                            start_cell(&daemon, &sock, &peer, v, cell, Script { code, permit })
+                                .await;
+                    }
+                    Code::Chunked { len } => {
+                        let max_code_bytes = daemon.live().config.max_code_bytes;
+                        if len > max_code_bytes {
+                            send_error(
+                                &sock,
+                                ErrorCode::CodeTooLarge,
+                                format!(
+                                    "code of {len} bytes exceeds the {max_code_bytes}-byte limit"
+                                ),
+                            )
+                            .await;
+                            break;
+                        }
+                        receiving = Some(Receiving {
+                            spec: JobSpec {
+                                profile: String::new(),
+                                code: Code::Chunked { len },
+                                args: Vec::new(),
+                                stdin: cell.stdin,
+                                limits: Default::default(),
+                            },
+                            ask: PackageAsk {
+                                explicit: Vec::new(),
+                                inline: false,
+                            },
+                            cell: Some(cell),
+                            code: Vec::new(),
+                            len: len as usize,
+                            cancelled: false,
+                            refused: false,
+                            got: 0,
+                            permit: None,
+                        });
+                    }
+                }
             }
             (Request::Cancel, Some(_)) => {
                 if let Some(r) = &running {
@@ -690,6 +774,88 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket, peer: Peer) {
         r.cancel.notify_one();
         let _ = r.done.await;
     }
+}
+
+/// A session's explicit requirements, checked against its profile as a job's are.
+pub fn check_packages(
+    active: &super::ActiveProfile,
+    explicit: &[String],
+) -> Result<Vec<crate::packages::spec::Req>, crate::packages::PackageError> {
+    let ask = PackageAsk {
+        explicit: explicit.to_vec(),
+        inline: false,
+    };
+    ask.check(active, b"")
+}
+
+/// Validate a complete cell and hand it to its session; on refusal, answer with the
+/// typed error and return `None`.
+async fn start_cell(
+    daemon: &Arc<Daemon>,
+    sock: &Arc<UnixSeqpacket>,
+    peer: &Peer,
+    version: u32,
+    cell: vivarium_proto::ExecCell,
+    script: Script,
+) -> Option<Running> {
+    let Script {
+        code,
+        permit: code_permit,
+    } = script;
+    if let Err(e) = std::str::from_utf8(&code) {
+        send_error(
+            sock,
+            ErrorCode::InvalidCode,
+            format!("code is not valid UTF-8 ({e})"),
+        )
+        .await;
+        return None;
+    }
+    if cell.wall_ms == Some(0) {
+        send_error(
+            sock,
+            ErrorCode::LimitOutOfRange,
+            "wall_ms = 0 is out of range",
+        )
+        .await;
+        return None;
+    }
+    let cancel = Arc::new(Notify::new());
+    let (stdin_tx, stdin_rx) = if cell.stdin {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let job = Arc::new(Semaphore::new(STDIN_QUEUED_PER_JOB));
+        (Some(StdinSender { tx, job }), Some(rx))
+    } else {
+        (None, None)
+    };
+    let credits = stdin_tx.is_some() && version >= 3;
+    if credits {
+        send(sock, &Event::StdinCredit(STDIN_QUEUED_PER_JOB as u64)).await;
+    }
+    let over = Arc::new(AtomicBool::new(false));
+    let req = super::sessions::ExecRequest {
+        code,
+        wall_ms: cell.wall_ms,
+        stdin: stdin_rx,
+        credits,
+        sock: sock.clone(),
+        cancel: cancel.clone(),
+    };
+    let done = tokio::spawn(super::sessions::exec(
+        daemon.clone(),
+        peer.uid,
+        cell.session,
+        req,
+        over.clone(),
+    ));
+    Some(Running {
+        over,
+        stdin: stdin_tx,
+        stdin_bytes: 0,
+        cancel,
+        done,
+        _code: code_permit,
+    })
 }
 
 /// Validate a complete submission and start its job task; on refusal, answer with the

@@ -100,7 +100,7 @@ pub async fn run(
             let own = req.active.profile.default_limits();
             let pooled = req.limits.memory_bytes == own.memory_bytes && req.limits.pids == own.pids;
             let taken = if pooled {
-                daemon.warm.take(&req.profile, &req.active).sandbox(CLAIM_WAIT).await
+                daemon.warm.take(&super::warm::PoolKey::job(&req.profile), &req.active).sandbox(CLAIM_WAIT).await
             } else {
                 None
             };
@@ -210,8 +210,37 @@ pub(crate) async fn launch(
     plan: &plan::JobPlan,
     code: &[u8],
 ) -> Result<Launched, LaunchError> {
-    let code = code_memfd(code)?;
     let (in_r, in_w) = pipe()?;
+    let (events, stdout, stderr) = spawn_with(daemon, plan, code, in_r).await?;
+    Ok(Launched {
+        events,
+        stdin: in_w,
+        stdout,
+        stderr,
+    })
+}
+
+/// A sandbox in the spawner's hands whose stdin is the caller's (a session's control
+/// link): its messages and our ends of its stdout and stderr pipes.
+pub(crate) type LaunchedWith = (mpsc::UnboundedReceiver<FromSpawner>, OwnedFd, OwnedFd);
+
+/// [`launch`], with `stdin` for the sandbox's stdin.
+pub(crate) async fn launch_with_stdin(
+    daemon: &Daemon,
+    plan: &plan::JobPlan,
+    code: &[u8],
+    stdin: OwnedFd,
+) -> Result<LaunchedWith, LaunchError> {
+    spawn_with(daemon, plan, code, stdin).await
+}
+
+async fn spawn_with(
+    daemon: &Daemon,
+    plan: &plan::JobPlan,
+    code: &[u8],
+    in_r: OwnedFd,
+) -> Result<LaunchedWith, LaunchError> {
+    let code = code_memfd(code)?;
     let (out_r, out_w) = pipe()?;
     let (err_r, err_w) = pipe()?;
     let events = daemon
@@ -223,12 +252,7 @@ pub(crate) async fn launch(
         .await?;
     // The spawner has its copies now; ours would keep the pipes open forever.
     drop((code, in_r, out_w, err_w));
-    Ok(Launched {
-        events,
-        stdin: in_w,
-        stdout: out_r,
-        stderr: err_r,
-    })
+    Ok((events, out_r, err_r))
 }
 
 /// The script in a sealed memfd: the spawner and the job's init can read it but
@@ -562,7 +586,7 @@ async fn drain_left(pipe: &mut tokio::net::unix::pipe::Receiver, buf: &mut [u8])
 
 /// Write `prefix` (what did not fit of a warm sandbox's job header), then the job's
 /// stdin; closing the write end at the end gives the job EOF.
-async fn feed_stdin(
+pub(super) async fn feed_stdin(
     fd: OwnedFd,
     prefix: Vec<u8>,
     stdin: Option<mpsc::UnboundedReceiver<super::conn::StdinChunk>>,

@@ -315,9 +315,10 @@ async fn wait_for_stop(daemon: &Arc<Daemon>, signals: &mut Signals, opts: &RunOp
     }
 }
 
-/// How long the daemon has had neither a connection nor a job.
+/// How long the daemon has had neither a connection, nor a job, nor an open session (an
+/// exit would end every session: they wait for their own idle TTL instead).
 fn idle_for(daemon: &Daemon) -> Duration {
-    let busy = daemon.connections.load(Ordering::SeqCst) > 0;
+    let busy = daemon.connections.load(Ordering::SeqCst) > 0 || daemon.sessions.open_count() > 0;
     let mut b = daemon.jobs.lock();
     if busy || b.active > 0 {
         b.idle_since = None;
@@ -413,6 +414,10 @@ fn status_line(daemon: &Daemon) -> String {
     if ready > 0 {
         s.push_str(&format!(", {ready} sandboxes ready"));
     }
+    let sessions = daemon.sessions.open_count();
+    if sessions > 0 {
+        s.push_str(&format!(", {sessions} sessions open"));
+    }
     if daemon.jobs.is_draining() {
         s = format!("draining: {s}");
     }
@@ -446,6 +451,9 @@ async fn report_status(daemon: Arc<Daemon>, mut last: String) {
 async fn drain(daemon: &Daemon, why: &str, signals: &mut Signals) {
     let grace = Duration::from_millis(daemon.live().config.shutdown_grace_ms);
     daemon.jobs.draining.send_replace(true);
+    // No session survives the daemon: each ends now, as `DaemonRestarted` (a cell that
+    // runs gets that as its outcome).
+    daemon.sessions.end_all();
     let (running, active) = daemon.jobs.counts();
     tracing::info!(
         why,
@@ -465,6 +473,7 @@ async fn drain(daemon: &Daemon, why: &str, signals: &mut Signals) {
         _ = signals.int.recv() => false,
     };
     if finished {
+        wait_sessions(daemon).await;
         return;
     }
     let doomed: Vec<u64> = {
@@ -478,6 +487,15 @@ async fn drain(daemon: &Daemon, why: &str, signals: &mut Signals) {
     }
     if !wait_idle(daemon, Duration::from_secs(5)).await {
         tracing::warn!("jobs still reporting 5 s after the kill; stopping the spawner anyway");
+    }
+    wait_sessions(daemon).await;
+}
+
+/// Wait (a few seconds at most) until every session has ended and left its tombstone.
+async fn wait_sessions(daemon: &Daemon) {
+    let end = tokio::time::Instant::now() + Duration::from_secs(5);
+    while daemon.sessions.open_count() > 0 && tokio::time::Instant::now() < end {
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 

@@ -5,11 +5,13 @@
 pub mod activation;
 mod auth;
 pub use auth::{resolve_groups, UnknownGroup};
+pub(crate) mod cell_link;
 mod conn;
 pub(crate) mod job;
 pub mod lifecycle;
 pub mod outcome;
 pub mod packages;
+pub mod sessions;
 pub mod spawner_client;
 pub mod warm;
 
@@ -258,6 +260,8 @@ pub struct Daemon {
     /// Package installs and their cache, or why there are none (no `uv` configured,
     /// or it or the cache directory is unusable).
     pub packages: Result<Arc<packages::Manager>, packages::ManagerError>,
+    /// Open sessions and the tombstones of ended ones.
+    pub sessions: sessions::Sessions,
 }
 
 impl Daemon {
@@ -293,6 +297,10 @@ impl Daemon {
             }
             Err(why) => tracing::info!(why = %crate::error_chain(why), "packages disabled"),
         }
+        let state_dir = config
+            .state_dir
+            .clone()
+            .unwrap_or_else(|| crate::spawner::default_state_dir(nix::unistd::geteuid().is_root()));
         Daemon {
             packages,
             slots: Arc::new(Semaphore::new(config.max_concurrent_jobs)),
@@ -311,6 +319,7 @@ impl Daemon {
             connections_per_uid: Mutex::default(),
             reload_error: Mutex::new(None),
             warm: warm::WarmPools::default(),
+            sessions: sessions::Sessions::new(&state_dir),
         }
     }
 

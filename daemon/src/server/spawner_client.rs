@@ -194,6 +194,32 @@ impl SpawnerClient {
         let _ = self.sock.send(&ipc::encode(&msg)).await;
     }
 
+    /// Ask what a job uses now; the answer comes on its route as `FromSpawner::Stats`.
+    pub async fn stats(&self, job_id: u64) {
+        let _ = self
+            .sock
+            .send(&ipc::encode(&ToSpawner::Stats { job_id }))
+            .await;
+    }
+
+    /// SIGINT to a job's interpreter (`ToSpawner::Interrupt`).
+    pub async fn interrupt(&self, job_id: u64) {
+        let _ = self
+            .sock
+            .send(&ipc::encode(&ToSpawner::Interrupt { job_id }))
+            .await;
+    }
+
+    /// Set a session's memory guard (`ToSpawner::Guard`).
+    pub async fn guard(&self, job_id: u64, bytes: u64, watch: bool) {
+        let msg = ToSpawner::Guard {
+            job_id,
+            bytes,
+            watch,
+        };
+        let _ = self.sock.send(&ipc::encode(&msg)).await;
+    }
+
     pub async fn kill(&self, job_id: u64, cause: KillCause) {
         let _ = self
             .sock
@@ -245,7 +271,9 @@ async fn route(sock: Arc<UnixSeqpacket>, routes: Routes, gone: Arc<tokio::sync::
         let (job_id, last) = match &msg {
             FromSpawner::Running { job_id, .. }
             | FromSpawner::Egress { job_id, .. }
-            | FromSpawner::Exported { job_id, .. } => (*job_id, false),
+            | FromSpawner::Exported { job_id, .. }
+            | FromSpawner::Stats { job_id, .. }
+            | FromSpawner::MemoryHigh { job_id, .. } => (*job_id, false),
             FromSpawner::Finished { job_id, .. } => (*job_id, true),
             FromSpawner::Log { level, message } => {
                 log_line(*level, message);

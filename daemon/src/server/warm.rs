@@ -33,11 +33,62 @@ use tokio::sync::{mpsc, oneshot, Notify};
 use vivarium_proto::LandlockStatus;
 use vivarium_sandbox::ipc::{FromSpawner, KillCause};
 
-/// A sandbox ready for one job.
+/// What a pool holds: sandboxes for one job each, or for sessions (the session
+/// bootstrap's cell loop, with a control link for stdin: docs/ARCHITECTURE.md,
+/// "Sessions").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    Job,
+    Session,
+}
+
+/// A pool: a profile's sandboxes of one kind.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PoolKey {
+    pub profile: String,
+    pub kind: Kind,
+}
+
+impl PoolKey {
+    pub fn job(profile: &str) -> PoolKey {
+        PoolKey {
+            profile: profile.to_owned(),
+            kind: Kind::Job,
+        }
+    }
+
+    pub fn session(profile: &str) -> PoolKey {
+        PoolKey {
+            profile: profile.to_owned(),
+            kind: Kind::Session,
+        }
+    }
+
+    /// The pool's floor and cap for `active` (`[warm]`'s, or `[session]`'s).
+    fn floor_and_cap(&self, active: &ActiveProfile) -> (u32, u32) {
+        let f = &active.profile.file;
+        match self.kind {
+            Kind::Job => (f.warm.pool, f.warm.pool_cap()),
+            Kind::Session => (f.session.pool, f.session.pool_cap()),
+        }
+    }
+}
+
+impl std::fmt::Display for PoolKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.kind {
+            Kind::Job => f.write_str(&self.profile),
+            Kind::Session => write!(f, "{} (sessions)", self.profile),
+        }
+    }
+}
+
+/// A sandbox ready for one job (or one session).
 pub struct WarmSandbox {
     pub job_id: u64,
     pub events: mpsc::UnboundedReceiver<FromSpawner>,
     /// Write end of the job's stdin: the job header first, then the job's own stdin.
+    /// A session's: the daemon's end of its control link.
     pub stdin: OwnedFd,
     pub stdout: OwnedFd,
     pub stderr: OwnedFd,
@@ -61,9 +112,9 @@ pub struct WarmSandbox {
 /// small machine would compete with the very job whose take caused it. Dropping it (after
 /// the job's outcome is sent) wakes the maintainer.
 pub struct Taker {
-    pools: Arc<Mutex<HashMap<String, Pool>>>,
+    pools: Arc<Mutex<HashMap<PoolKey, Pool>>>,
     wake: Arc<Notify>,
-    name: String,
+    name: PoolKey,
 }
 
 impl Drop for Taker {
@@ -138,10 +189,11 @@ impl Pool {
     /// The sandboxes this pool of `active` should hold now: its size, which first steps
     /// one down towards the floor if `shrink_secs` have passed since it last changed;
     /// none once idle for `idle_secs` (unless kept).
-    fn target(&mut self, active: &ActiveProfile) -> usize {
+    fn target(&mut self, key: &PoolKey, active: &ActiveProfile) -> usize {
         let w = &active.profile.file.warm;
-        let floor = w.pool as usize;
-        self.size = self.size.clamp(floor, w.pool_cap() as usize);
+        let (floor, cap) = key.floor_and_cap(active);
+        let floor = floor as usize;
+        self.size = self.size.clamp(floor, cap as usize);
         if self.size > floor && self.resized.elapsed() >= Duration::from_secs(w.shrink_secs) {
             self.size -= 1;
             self.resized = Instant::now();
@@ -157,15 +209,15 @@ impl Pool {
 
 #[derive(Default)]
 pub struct WarmPools {
-    pools: Arc<Mutex<HashMap<String, Pool>>>,
+    pools: Arc<Mutex<HashMap<PoolKey, Pool>>>,
     wake: Arc<Notify>,
     /// Builds that failed (for [`prefill`], which stops waiting for a pool that cannot
     /// be built).
     failures: std::sync::atomic::AtomicU64,
 }
 
-/// What the pools hold now, per profile: `(ready, size)`.
-pub type PoolSizes = Vec<(String, usize, usize)>;
+/// What the pools hold now, per pool: `(ready, size)`.
+pub type PoolSizes = Vec<(PoolKey, usize, usize)>;
 
 /// What [`WarmPools::take`] found.
 pub enum Take {
@@ -193,12 +245,12 @@ impl WarmPools {
     /// A ready sandbox of this profile (as activated now), or the one being built for
     /// it if no other job waits for that. Counts as demand either way, so an emptied
     /// pool refills, and one found empty grows.
-    pub fn take(&self, name: &str, active: &Arc<ActiveProfile>) -> Take {
-        let warm = &active.profile.file.warm;
+    pub fn take(&self, name: &PoolKey, active: &Arc<ActiveProfile>) -> Take {
+        let (floor, cap) = name.floor_and_cap(active);
         let mut pools = self.pools.lock().expect("warm pools lock");
         let pool = pools
-            .entry(name.to_owned())
-            .or_insert_with(|| Pool::new(warm.pool));
+            .entry(name.clone())
+            .or_insert_with(|| Pool::new(floor));
         pool.last_demand = Instant::now();
         let mut found = None;
         while let Some(mut w) = pool.ready.pop() {
@@ -208,7 +260,7 @@ impl WarmPools {
                 w.taker = Some(Taker {
                     pools: self.pools.clone(),
                     wake: self.wake.clone(),
-                    name: name.to_owned(),
+                    name: name.clone(),
                 });
                 found = Some(w);
                 break;
@@ -216,7 +268,7 @@ impl WarmPools {
             // Stale (reloaded profile) or dead: dropping closes its stdin and it exits.
         }
         // Demand beyond what the pool holds: it grows (a burst), up to its cap.
-        if pool.ready.is_empty() && pool.size < warm.pool_cap() as usize {
+        if pool.ready.is_empty() && pool.size < cap as usize {
             pool.size += 1;
             pool.resized = Instant::now();
         }
@@ -266,10 +318,22 @@ fn ready_limit(daemon: &Daemon) -> usize {
         .min(daemon.config.max_concurrent_jobs)
 }
 
-/// Whether `active` keeps a pool built before the daemon serves and while it is idle.
-fn kept(daemon: &Daemon, active: &ActiveProfile) -> bool {
-    let warm = &active.profile.file.warm;
-    warm.keep && warm.pool > 0 && active.disabled.is_none() && daemon.facts.cgroup.is_some()
+/// Whether `active` keeps this pool built before the daemon serves and while it is
+/// idle (`warm.keep`, for its job pool and its session pool alike).
+fn kept(daemon: &Daemon, key: &PoolKey, active: &ActiveProfile) -> bool {
+    let f = &active.profile.file;
+    let floor = key.floor_and_cap(active).0;
+    let enabled = key.kind == Kind::Job || f.session.enabled;
+    f.warm.keep
+        && floor > 0
+        && enabled
+        && active.disabled.is_none()
+        && daemon.facts.cgroup.is_some()
+}
+
+/// Every pool a profile may keep.
+fn pool_keys(name: &str) -> [PoolKey; 2] {
+    [PoolKey::job(name), PoolKey::session(name)]
 }
 
 /// Wait (at most `within`) until every `warm.keep` pool holds its floor, so that the
@@ -292,9 +356,11 @@ pub async fn prefill(daemon: &Arc<Daemon>, within: Duration) {
         let mut have = 0;
         {
             let pools = daemon.warm.pools.lock().expect("warm pools lock");
-            for (name, active) in live.profiles.iter().filter(|(_, a)| kept(daemon, a)) {
-                wanted += active.profile.file.warm.pool as usize;
-                have += pools.get(name).map_or(0, |p| p.ready.len());
+            for (name, active) in &live.profiles {
+                for key in pool_keys(name).iter().filter(|k| kept(daemon, k, active)) {
+                    wanted += key.floor_and_cap(active).0 as usize;
+                    have += pools.get(key).map_or(0, |p| p.ready.len());
+                }
             }
         }
         let wanted = wanted.min(limit);
@@ -348,7 +414,7 @@ pub fn eligible(
 
 /// The maintainer task (one per daemon).
 pub async fn maintain(daemon: Arc<Daemon>) {
-    let mut backoff: HashMap<String, Instant> = HashMap::new();
+    let mut backoff: HashMap<PoolKey, Instant> = HashMap::new();
     loop {
         let built = tend(&daemon, &mut backoff).await;
         if !built {
@@ -361,26 +427,32 @@ pub async fn maintain(daemon: Arc<Daemon>) {
 }
 
 /// One pass over every pool. Returns whether a sandbox was built (then run again soon).
-async fn tend(daemon: &Arc<Daemon>, backoff: &mut HashMap<String, Instant>) -> bool {
+async fn tend(daemon: &Arc<Daemon>, backoff: &mut HashMap<PoolKey, Instant>) -> bool {
     let live = daemon.live();
     let draining = daemon.jobs.is_draining();
     let limit = ready_limit(daemon);
     let mut doomed = Vec::new();
-    let mut wanted: Option<(String, Arc<ActiveProfile>)> = None;
+    let mut wanted: Option<(PoolKey, Arc<ActiveProfile>)> = None;
     {
         let mut pools = daemon.warm.pools.lock().expect("warm pools lock");
         // Kept pools exist from the start (and from the reload that made them).
         for (name, active) in &live.profiles {
-            if kept(daemon, active) && !pools.contains_key(name) {
-                pools.insert(name.clone(), Pool::new(active.profile.file.warm.pool));
+            for key in pool_keys(name) {
+                if kept(daemon, &key, active) && !pools.contains_key(&key) {
+                    let floor = key.floor_and_cap(active).0;
+                    pools.insert(key, Pool::new(floor));
+                }
             }
         }
         let mut kept_total = 0;
         let mut targets = Vec::new();
         for (name, pool) in pools.iter_mut() {
-            let active = live.profiles.get(name).filter(|a| a.disabled.is_none());
+            let active = live
+                .profiles
+                .get(&name.profile)
+                .filter(|a| a.disabled.is_none());
             let target = match active {
-                Some(a) if !draining && daemon.facts.cgroup.is_some() => pool.target(a),
+                Some(a) if !draining && daemon.facts.cgroup.is_some() => pool.target(name, a),
                 _ => 0,
             };
             targets.push((name.clone(), target));
@@ -391,7 +463,7 @@ async fn tend(daemon: &Arc<Daemon>, backoff: &mut HashMap<String, Instant>) -> b
                 if w.is_dead() {
                     // Its interpreter ended before any job (a failing `warm.preload`
                     // import, say): build no more of them for a while.
-                    tracing::warn!(profile = %name, sandbox = w.job_id, "a warm sandbox ended before its job; check the profile's warm.preload; retrying in 5 s");
+                    tracing::warn!(pool = %name, sandbox = w.job_id, "a warm sandbox ended before its job; check the profile's warm.preload; retrying in 5 s");
                     backoff.insert(name.clone(), Instant::now() + Duration::from_secs(5));
                 } else if current && keep.len() < target && kept_total < limit {
                     kept_total += 1;
@@ -405,7 +477,9 @@ async fn tend(daemon: &Arc<Daemon>, backoff: &mut HashMap<String, Instant>) -> b
         for (name, target) in targets {
             let (Some(pool), Some(active)) = (
                 pools.get(&name),
-                live.profiles.get(&name).filter(|a| a.disabled.is_none()),
+                live.profiles
+                    .get(&name.profile)
+                    .filter(|a| a.disabled.is_none()),
             ) else {
                 continue;
             };
@@ -443,7 +517,10 @@ async fn tend(daemon: &Arc<Daemon>, backoff: &mut HashMap<String, Instant>) -> b
         pool.claim.take()
     };
     mark(Some(active.clone()));
-    let built = build(daemon, &active, &active.profile.default_limits()).await;
+    let built = match name.kind {
+        Kind::Job => build(daemon, &active, &active.profile.default_limits()).await,
+        Kind::Session => build_session(daemon, &active).await,
+    };
     // A job waiting for this build gets it; else (or if that job has gone) the pool.
     let claim = mark(None);
     match built {
@@ -468,7 +545,7 @@ async fn tend(daemon: &Arc<Daemon>, backoff: &mut HashMap<String, Instant>) -> b
                 .failures
                 .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             // A profile whose sandbox cannot start now is retried later, not in a loop.
-            tracing::warn!(profile = %name, error = %vivarium_proto::error_chain(&why), "warm sandbox failed; retrying in 5 s");
+            tracing::warn!(pool = %name, error = %vivarium_proto::error_chain(&why), "warm sandbox failed; retrying in 5 s");
             backoff.insert(name, Instant::now() + Duration::from_secs(5));
             false
         }
@@ -497,6 +574,10 @@ pub(crate) enum WarmError {
     EndedBeforeStart,
     #[error("the spawner went away")]
     SpawnerGone,
+    #[error("the session's control link")]
+    Link(#[source] std::io::Error),
+    #[error("the profile's session limits: {0}")]
+    Limits(String),
 }
 
 /// How long an interpreter may take to start and preload before it counts as failed.
@@ -505,7 +586,7 @@ const READY_TIMEOUT: Duration = Duration::from_secs(60);
 /// Read the bootstrap's stderr up to its ready byte and hand the pipe back for the job.
 /// Text before the byte (warnings printed by a preload import) is logged; an end of file
 /// before it is the interpreter's failure, reported with that text.
-async fn await_ready(err_r: OwnedFd) -> Result<OwnedFd, WarmError> {
+pub(super) async fn await_ready(err_r: OwnedFd) -> Result<OwnedFd, WarmError> {
     use tokio::io::AsyncReadExt;
     let mut rx = tokio::net::unix::pipe::Receiver::from_owned_fd(err_r).map_err(WarmError::Pipe)?;
     let mut before = Vec::new();
@@ -593,12 +674,81 @@ pub(super) async fn build(
         z.generation = active.generation;
     }
     // The script memfd stays empty: the bootstrap writes the job's code itself.
-    let super::job::Launched {
-        mut events,
-        stdin,
-        stdout,
-        stderr,
-    } = super::job::launch(daemon, &plan, b"").await?;
+    let l = super::job::launch(daemon, &plan, b"").await?;
+    let forked = plan.kind.zygote().is_some();
+    until_ready(
+        daemon,
+        active,
+        job_id,
+        (l.events, l.stdout, l.stderr),
+        l.stdin,
+        env,
+        forked,
+    )
+    .await
+}
+
+/// Build one session sandbox with the profile's own session limits (a session pool's).
+async fn build_session(
+    daemon: &Arc<Daemon>,
+    active: &Arc<ActiveProfile>,
+) -> Result<WarmSandbox, WarmError> {
+    let limits = active
+        .profile
+        .session_limits(&Default::default())
+        .map_err(|e| WarmError::Limits(e.to_string()))?;
+    let limits = active.profile.session_sandbox_limits(&limits);
+    // The profile's `warm.packages`, as for its job pool: a session asking for exactly
+    // those takes one of these.
+    let env = if active.profile.warm_packages.is_empty() {
+        None
+    } else {
+        let reqs = &active.profile.warm_packages;
+        let ready = super::packages::for_job(daemon, active, reqs, &Notify::new())
+            .await
+            .map_err(WarmError::Packages)?;
+        Some(ready)
+    };
+    build_session_with(daemon, active, &limits, env).await
+}
+
+/// Build one session sandbox: the session bootstrap's plan (`build_session`), its stdin
+/// the sandbox's end of a control link, whose other end is the returned `stdin`; with
+/// `env`, the session's package environment.
+pub(super) async fn build_session_with(
+    daemon: &Arc<Daemon>,
+    active: &Arc<ActiveProfile>,
+    limits: &crate::profile::JobLimits,
+    env: Option<super::packages::Ready>,
+) -> Result<WarmSandbox, WarmError> {
+    let job_id = daemon
+        .next_job
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut plan = plan::build_session(
+        job_id,
+        &active.profile,
+        limits,
+        active.seccomp.clone(),
+        daemon.facts.job_cgroups(),
+    );
+    if let Some(ready) = &env {
+        crate::packages::install::use_env(&mut plan, &ready.entry.env());
+    }
+    let (ours, theirs) = super::cell_link::fd_pair().map_err(WarmError::Link)?;
+    let launched = super::job::launch_with_stdin(daemon, &plan, b"", theirs).await?;
+    until_ready(daemon, active, job_id, launched, ours, env, false).await
+}
+
+/// Wait until a launched warm sandbox's interpreter has started and said it is ready.
+async fn until_ready(
+    daemon: &Arc<Daemon>,
+    active: &Arc<ActiveProfile>,
+    job_id: u64,
+    (mut events, stdout, stderr): super::job::LaunchedWith,
+    stdin: OwnedFd,
+    env: Option<super::packages::Ready>,
+    forked: bool,
+) -> Result<WarmSandbox, WarmError> {
     let landlock = loop {
         match events.recv().await {
             Some(FromSpawner::Running { landlock, .. }) => break landlock,
@@ -622,7 +772,6 @@ pub(super) async fn build(
         }
     };
     tracing::debug!(job_id, profile = %active.profile.name, "warm sandbox ready");
-    let forked = plan.kind.zygote().is_some();
     Ok(WarmSandbox {
         forked,
         was_ready: false,
@@ -649,15 +798,22 @@ mod tests {
         let pools = WarmPools::default();
         let mut pool = Pool::new(2);
         pool.takers = 1;
-        pools.pools.lock().unwrap().insert("default".into(), pool);
+        pools
+            .pools
+            .lock()
+            .unwrap()
+            .insert(PoolKey::job("default"), pool);
         let taker = Taker {
             pools: pools.pools.clone(),
             wake: pools.wake.clone(),
-            name: "default".into(),
+            name: PoolKey::job("default"),
         };
         let woken = pools.wake.notified();
         drop(taker);
         woken.await;
-        assert_eq!(pools.pools.lock().unwrap()["default"].takers, 0);
+        assert_eq!(
+            pools.pools.lock().unwrap()[&PoolKey::job("default")].takers,
+            0
+        );
     }
 }

@@ -36,6 +36,10 @@ const WARM_UNARMED: Duration = Duration::from_secs(24 * 3600);
 
 /// How often CPU usage is sampled for jobs with a CPU limit.
 const CPU_SAMPLE: Duration = Duration::from_millis(50);
+/// How often a watched session's memory is sampled against its guard (while a cell
+/// runs): on cgroup v1, where no `memory.high` slows the allocation down, this is all
+/// that stands between a fast allocator and the OOM killer.
+const GUARD_SAMPLE: Duration = Duration::from_millis(2);
 
 struct Job {
     id: u64,
@@ -65,6 +69,16 @@ struct Job {
     zygote: Option<u64>,
     /// `PlanKind::Install`'s export: the sandbox directory the server gets an fd to at `Running`.
     export: Option<PathBuf>,
+    /// A session's memory guard (`ToSpawner::Guard`): bytes, whether it is watched now,
+    /// and whether the current crossing was reported.
+    guard: Guard,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Guard {
+    bytes: u64,
+    watch: bool,
+    tripped: bool,
 }
 
 struct Spawner {
@@ -521,6 +535,13 @@ impl Spawner {
             {
                 timeout = timeout.min(CPU_SAMPLE);
             }
+            if self
+                .jobs
+                .iter()
+                .any(|j| j.guard.watch && j.cgroup.is_some())
+            {
+                timeout = timeout.min(GUARD_SAMPLE);
+            }
             let mut fds = vec![PollFd::new(self.link.as_fd(), PollFlags::POLLIN)];
             for job in &self.jobs {
                 fds.push(PollFd::new(job.pidfd.as_fd(), PollFlags::POLLIN));
@@ -639,6 +660,42 @@ impl Spawner {
                 return false;
             }
             ToSpawner::ZygotesStale => self.zygotes_stale(),
+            ToSpawner::Interrupt { job_id } => {
+                if let Some(job) = self.jobs.iter().find(|j| j.id == job_id && !j.reported) {
+                    if let Err(e) = interrupt_payload(job.pid) {
+                        log::log_warn!("job {job_id}: SIGINT to its interpreter: {e}");
+                    }
+                }
+            }
+            ToSpawner::Stats { job_id } => {
+                let stats = self
+                    .jobs
+                    .iter()
+                    .find(|j| j.id == job_id)
+                    .map(live_stats)
+                    .unwrap_or_default();
+                let _ = send_msg(&self.link, &FromSpawner::Stats { job_id, stats });
+            }
+            ToSpawner::Guard {
+                job_id,
+                bytes,
+                watch,
+            } => {
+                if let Some(job) = self.jobs.iter_mut().find(|j| j.id == job_id) {
+                    if let Some(cg) = &job.cgroup {
+                        if bytes > 0 && job.guard.bytes != bytes {
+                            if let Err(e) = cg.set_memory_high(Some(bytes)) {
+                                log::log_warn!("job {job_id}: memory.high: {}", error_chain(&e));
+                            }
+                        }
+                    }
+                    job.guard = Guard {
+                        bytes,
+                        watch: watch && bytes > 0,
+                        tripped: false,
+                    };
+                }
+            }
             ToSpawner::Init(_) => {}
         }
         true
@@ -676,6 +733,23 @@ impl Spawner {
             if now >= job.deadline {
                 kill(job, KillCause::Timeout);
                 continue;
+            }
+            if job.guard.watch {
+                if let Some(cg) = &job.cgroup {
+                    let now = cg.memory_bytes().unwrap_or(0);
+                    if now >= job.guard.bytes && !job.guard.tripped {
+                        job.guard.tripped = true;
+                        let _ = send_msg(
+                            &self.link,
+                            &FromSpawner::MemoryHigh {
+                                job_id: job.id,
+                                memory_bytes: now,
+                            },
+                        );
+                    } else if now < job.guard.bytes / 8 * 7 {
+                        job.guard.tripped = false;
+                    }
+                }
             }
             if job.cpu_limit_ns > 0 {
                 if let Some(cg) = &job.cgroup {
@@ -993,6 +1067,7 @@ impl Spawner {
             internal: false,
             zygote: None,
             export: plan.kind.export().cloned(),
+            guard: Guard::default(),
         }
     }
 
@@ -1194,6 +1269,42 @@ fn report_finished(job: &mut Job, link: &OwnedFd) {
             report: Box::new(job.report.clone()),
         },
     );
+}
+
+/// SIGINT to a job's payload (init's only child): found through init's `children`, then
+/// held by a pidfd, which is used only once the process it names is seen to be init's
+/// child (a pid reused between the read and the open would be another process's).
+fn interrupt_payload(init: Pid) -> std::io::Result<()> {
+    let children = std::fs::read_to_string(format!("/proc/{init}/task/{init}/children"))?;
+    let pid: libc::pid_t = children
+        .split_whitespace()
+        .next()
+        .and_then(|p| p.parse().ok())
+        .ok_or_else(|| std::io::Error::other("init has no child"))?;
+    let pidfd = sys::pidfd_open(pid)?;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let parent = status
+        .lines()
+        .find_map(|l| l.strip_prefix("PPid:"))
+        .and_then(|v| v.trim().parse::<libc::pid_t>().ok());
+    if parent != Some(init.as_raw()) {
+        return Err(std::io::Error::other("the payload is gone"));
+    }
+    sys::pidfd_send_signal(pidfd.as_fd(), libc::SIGINT)
+}
+
+/// What a live job uses now (`ToSpawner::Stats`).
+fn live_stats(job: &Job) -> vivarium_sandbox::ipc::LiveStats {
+    let Some(cg) = &job.cgroup else {
+        return Default::default();
+    };
+    let stats = cg.stats().unwrap_or_default();
+    vivarium_sandbox::ipc::LiveStats {
+        cpu_ms: stats.cpu_usage_ns.saturating_sub(job.cpu_base_ns) / 1_000_000,
+        memory_bytes: cg.memory_bytes().unwrap_or(0),
+        peak_memory_bytes: stats.peak_memory_bytes,
+        oom_kills: stats.oom_kills,
+    }
 }
 
 fn kill(job: &mut Job, cause: KillCause) {

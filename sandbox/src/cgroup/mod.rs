@@ -376,6 +376,25 @@ impl JobCgroup {
         }
     }
 
+    /// The memory the job's cgroup holds now (v2 `memory.current`, v1
+    /// `memory.usage_in_bytes`); one small read, fine to poll.
+    pub fn memory_bytes(&self) -> Result<u64, CgroupError> {
+        match &self.backend {
+            JobBackend::V1(j) => j.memory_bytes(),
+            JobBackend::V2(j) => j.memory_bytes(),
+        }
+    }
+
+    /// Set v2 `memory.high` (`None`: `max`, no throttling): past it the kernel reclaims
+    /// and slows the cgroup's allocations down, short of the OOM killer. v1 has no such
+    /// knob: returns false, and the caller's polling alone stands guard.
+    pub fn set_memory_high(&self, bytes: Option<u64>) -> Result<bool, CgroupError> {
+        match &self.backend {
+            JobBackend::V1(_) => Ok(false),
+            JobBackend::V2(j) => j.set_memory_high(bytes).map(|()| true),
+        }
+    }
+
     /// Open the counter files [`JobCgroup::stats`] reads, so that the end of the job
     /// reads them without opening each: call it while the job runs (after its start).
     pub fn open_counters(&mut self) {

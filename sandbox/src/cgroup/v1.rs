@@ -290,6 +290,7 @@ impl Job {
         let memory = |f: &str| (&*self.bases[self.memory], self.rel(f));
         let mut files = vec![
             memory("memory.max_usage_in_bytes"),
+            memory("memory.usage_in_bytes"),
             memory("memory.oom_control"),
             memory("memory.failcnt"),
             memory("memory.memsw.failcnt"),
@@ -297,6 +298,11 @@ impl Job {
         ];
         files.extend((self.cpuacct).map(|i| (&*self.bases[i], self.rel("cpuacct.usage"))));
         self.counters = files::Counters::open(files);
+    }
+
+    pub(super) fn memory_bytes(&self) -> Result<u64, CgroupError> {
+        self.counters
+            .read_u64(&self.dirs[self.memory].join("memory.usage_in_bytes"))
     }
 
     pub(super) fn stats(&self) -> Result<Stats, CgroupError> {

@@ -252,6 +252,15 @@ impl Job {
         self.counters = files::Counters::open(files);
     }
 
+    pub(super) fn memory_bytes(&self) -> Result<u64, CgroupError> {
+        self.counters.read_u64(&self.path().join("memory.current"))
+    }
+
+    pub(super) fn set_memory_high(&self, bytes: Option<u64>) -> Result<(), CgroupError> {
+        let value = bytes.map_or_else(|| "max".to_owned(), |b| b.to_string());
+        self.dir.write("memory.high", &value)
+    }
+
     pub(super) fn stats(&self) -> Result<Stats, CgroupError> {
         let c = &self.counters;
         let dir = self.path();
