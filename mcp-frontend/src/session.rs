@@ -356,9 +356,16 @@ pub fn expired_text(id: &str, ended: &SessionEnded) -> String {
     } else {
         String::new()
     };
+    const GONE: &str = "Its state is gone: variables, imported modules and files in /work and \
+                        /tmp. Nothing ran.";
+    if ended.reason == SessionEndReason::Closed {
+        return format!(
+            "session `{id}` was closed{when} ({}). {GONE} {START_AGAIN}",
+            totals(ended)
+        );
+    }
     format!(
-        "session `{id}` has expired: it ended{when} because {} ({}). Its state is gone: \
-         variables, imported modules and files in /work and /tmp. Nothing ran. {START_AGAIN}",
+        "session `{id}` has expired: it ended{when} because {} ({}). {GONE} {START_AGAIN}",
         why(ended),
         totals(ended)
     )
@@ -548,10 +555,12 @@ mod tests {
             let mut e = ended(handle(4), reason);
             e.ended_ms_ago = 0;
             let text = expired_text("mcp_x", &e);
-            assert!(
-                text.starts_with("session `mcp_x` has expired: it ended because "),
-                "{text}"
-            );
+            let lead = match reason {
+                R::Closed => "session `mcp_x` was closed (3 cells,",
+                _ => "session `mcp_x` has expired: it ended because ",
+            };
+            assert!(text.starts_with(lead), "{text}");
+            assert!(text.contains("state is gone"), "{text}");
             assert!(text.contains(START_AGAIN), "{text}");
             let during = ended_during_cell_text("mcp_x", &e);
             assert!(
