@@ -306,13 +306,143 @@ pub fn close_call_result(id: &str, ended: &SessionEnded, closed_now: bool) -> Ca
             session::totals(ended)
         )
     } else {
-        let expired = session::expired_text(id, ended);
-        format!("nothing to close: {expired}")
+        format!(
+            "nothing to close: session `{id}` had already ended: {}",
+            session::end_summary(ended)
+        )
     };
     let mut call =
         CallToolResult::structured(serde_json::to_value(&result).expect("the result serializes"));
     call.content = vec![ContentBlock::text(text)];
     call
+}
+
+/// The tool that lists this server's sessions.
+pub const LIST_TOOL_NAME: &str = "list_sessions";
+
+/// `list_sessions` takes no arguments.
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+#[serde(deny_unknown_fields)]
+pub struct ListSessionsArgs {}
+
+/// What `list_sessions` returns (`structuredContent`).
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+pub struct ListSessionsResult {
+    /// The open sessions this server opened or was handed, soonest to expire first.
+    pub sessions: Vec<SessionSummary>,
+}
+
+/// One open session.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+pub struct SessionSummary {
+    /// Pass this as run_python's `session_id`.
+    pub session_id: String,
+    pub profile: String,
+    /// Cells it has run.
+    pub cells: u64,
+    /// Whether a cell runs in it now.
+    pub running: bool,
+    /// Seconds since its last cell ended (0 while one runs).
+    pub idle_seconds: u64,
+    /// When it ends if no cell comes, RFC 3339 UTC.
+    pub expires_at: String,
+    pub expires_in_seconds: u64,
+    /// What ends it then: idle_timeout or lifetime.
+    pub expires_by: String,
+    /// Its memory now, in bytes.
+    pub memory_bytes: u64,
+    /// CPU time it has used, in milliseconds.
+    pub cpu_ms: u64,
+}
+
+/// The sessions `(id, info)` the daemon lists and this server knows, as a result.
+pub fn list_call_result(found: &[(String, vivarium_client::SessionInfo)]) -> CallToolResult {
+    let mut sessions: Vec<SessionSummary> = found
+        .iter()
+        .map(|(id, info)| SessionSummary {
+            session_id: id.clone(),
+            profile: info.profile.clone(),
+            cells: info.cells,
+            running: info.running,
+            idle_seconds: info.idle_ms / 1000,
+            expires_at: session::rfc3339_utc(info.expires_at_unix_ms),
+            expires_in_seconds: info.expires_in_ms / 1000,
+            expires_by: end_reason_name(info.expires_by).into(),
+            memory_bytes: info.memory_bytes,
+            cpu_ms: info.cpu_ms,
+        })
+        .collect();
+    sessions.sort_by(|a, b| {
+        (a.expires_in_seconds, &a.session_id).cmp(&(b.expires_in_seconds, &b.session_id))
+    });
+    let text = if sessions.is_empty() {
+        "no open sessions on this server (run_python with `session_id: \"new\"` opens one)"
+            .to_string()
+    } else {
+        let lines: Vec<String> = sessions
+            .iter()
+            .map(|s| {
+                format!(
+                    "{} (profile `{}`): {} cell{}{}, idle {} s, expires at {} (in {} s, {})",
+                    s.session_id,
+                    s.profile,
+                    s.cells,
+                    if s.cells == 1 { "" } else { "s" },
+                    if s.running { ", a cell running" } else { "" },
+                    s.idle_seconds,
+                    s.expires_at,
+                    s.expires_in_seconds,
+                    s.expires_by.replace('_', " ")
+                )
+            })
+            .collect();
+        format!("{} open session(s):\n{}", lines.len(), lines.join("\n"))
+    };
+    let result = ListSessionsResult { sessions };
+    let mut call =
+        CallToolResult::structured(serde_json::to_value(&result).expect("the result serializes"));
+    call.content = vec![ContentBlock::text(text)];
+    call
+}
+
+/// Check that `list_sessions` got no arguments.
+pub fn parse_list_args(arguments: Option<JsonObject>) -> Result<(), String> {
+    match arguments.unwrap_or_default().keys().next() {
+        Some(k) => Err(format!(
+            "invalid arguments for {LIST_TOOL_NAME}: unknown field `{k}`; it takes no parameters"
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The `list_sessions` tool as `tools/list` shows it.
+pub fn list_tool() -> Tool {
+    let mut input = (*rmcp::handler::server::common::schema_for_input::<ListSessionsArgs>()
+        .expect("ListSessionsArgs has an object schema"))
+    .clone();
+    crate::tool::portable(&mut input, true);
+    let mut output =
+        (*rmcp::handler::server::common::schema_for_output::<ListSessionsResult>()).clone();
+    crate::tool::portable(&mut output, false);
+    Tool::new(
+        LIST_TOOL_NAME,
+        "List the open run_python sessions of this server: each one's session_id, profile, \
+         cells, idle time and when it expires. Use it to find a session id again; sessions \
+         that have ended are not listed.",
+        Arc::new(input),
+    )
+    .with_title("List Python sessions")
+    .with_raw_output_schema(Arc::new(output))
+    .with_annotations(
+        ToolAnnotations::with_title("List Python sessions")
+            .read_only(true)
+            .destructive(false)
+            .idempotent(true)
+            .open_world(false),
+    )
 }
 
 /// The `close_session` tool as `tools/list` shows it.
@@ -619,5 +749,57 @@ mod tests {
         let input = serde_json::Value::Object((*t.input_schema).clone());
         assert_eq!(input["required"], serde_json::json!(["session_id"]));
         assert_eq!(t.annotations.unwrap().destructive_hint, Some(true));
+    }
+
+    #[test]
+    fn the_list_names_each_session_by_its_id_soonest_first() {
+        use vivarium_proto::{SessionInfo, SessionLimits};
+        let info = |n: u8, expires_in_ms: u64| SessionInfo {
+            handle: SessionHandle(format!("vs_{}", format!("{n:02x}").repeat(32))),
+            profile: "default".into(),
+            sandbox_id: 1,
+            limits: SessionLimits::default(),
+            age_ms: 5_000,
+            idle_ms: 2_500,
+            expires_at_unix_ms: 1_796_256_600_000,
+            expires_in_ms,
+            expires_by: SessionEndReason::IdleTimeout,
+            memory_bytes: 30 << 20,
+            peak_memory_bytes: 40 << 20,
+            cells: 1,
+            cpu_ms: 10,
+            running: false,
+            packages: vec![],
+        };
+        let r = list_call_result(&[
+            ("mcp_b".into(), info(1, 9_000)),
+            ("mcp_a".into(), info(2, 3_000)),
+        ]);
+        let s = structured(&r);
+        assert_eq!(s["sessions"][0]["session_id"], "mcp_a");
+        assert_eq!(s["sessions"][0]["expires_by"], "idle_timeout");
+        assert_eq!(s["sessions"][1]["expires_in_seconds"], 9);
+        let text = r.content[0].as_text().unwrap().text.clone();
+        assert!(
+            text.starts_with("2 open session(s):\nmcp_a (profile `default`): 1 cell, idle 2 s"),
+            "{text}"
+        );
+        assert!(!text.contains("vs_"), "{text}");
+        let empty = list_call_result(&[]);
+        assert!(empty.content[0]
+            .as_text()
+            .unwrap()
+            .text
+            .contains("no open sessions"));
+        assert!(parse_list_args(None).is_ok());
+        assert!(
+            parse_list_args(serde_json::json!({"x": 1}).as_object().cloned())
+                .unwrap_err()
+                .contains("unknown field `x`")
+        );
+        let t = list_tool();
+        assert_eq!(t.annotations.unwrap().read_only_hint, Some(true));
+        let input = serde_json::Value::Object((*t.input_schema).clone());
+        assert_eq!(input["type"], "object");
     }
 }

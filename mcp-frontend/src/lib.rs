@@ -1,6 +1,6 @@
 //! `vivarium-mcp`: an MCP server (stdio) whose tool `run_python` runs Python in the
-//! Vivarium sandbox through the daemon's socket, statelessly or in a session, and whose
-//! tool `close_session` ends a session.
+//! Vivarium sandbox through the daemon's socket, statelessly or in a session; its tools
+//! `close_session` and `list_sessions` end a session and list this server's.
 //!
 //! Each call is one job on its own daemon connection. Cancelling the request
 //! (`notifications/cancelled`) or closing stdin closes that connection, which makes the
@@ -43,7 +43,9 @@
 //!
 //! Cancelling a call interrupts its cell; the session survives. `close_session` ends a
 //! session and reports how it ended (cells, CPU, peak memory, age); closing one that had
-//! ended already is no error and says how it ended. The tool description states the idle
+//! ended already is no error and says how it ended. `list_sessions` lists the open
+//! sessions this instance opened or was handed (id, profile, cells, idle time, expiry),
+//! for a model that lost track of an id. The tool description states the idle
 //! TTL and the lifetime as the daemon's defaults (10 minutes and 1 hour): the daemon's
 //! profile list does not carry a profile's `[session]` limits, and each result states its
 //! own session's expiry.

@@ -17,7 +17,7 @@ use tracing::{debug, info, warn};
 use vivarium_client::{Client, ClientError, Job, JobEvent, ProfileInfo, Stream};
 use vivarium_proto::{error_chain, ErrorCode, ProfileFeatures};
 
-use crate::cell::{self, CLOSE_TOOL_NAME};
+use crate::cell::{self, CLOSE_TOOL_NAME, LIST_TOOL_NAME};
 use crate::limiter::{Admission, Limiter, Refusal, Ticket};
 use crate::session::Registry;
 use crate::tool::{self, RunPythonArgs, TOOL_NAME};
@@ -626,6 +626,7 @@ impl ServerHandler for VivariumServer {
         Ok(ListToolsResult::with_all_items(vec![
             self.tool_now(),
             cell::close_tool(),
+            cell::list_tool(),
         ]))
     }
 
@@ -633,6 +634,7 @@ impl ServerHandler for VivariumServer {
         match name {
             TOOL_NAME => Some(self.tool_now()),
             CLOSE_TOOL_NAME => Some(cell::close_tool()),
+            LIST_TOOL_NAME => Some(cell::list_tool()),
             _ => None,
         }
     }
@@ -680,10 +682,18 @@ impl ServerHandler for VivariumServer {
             }
             .into());
         }
+        if request.name == LIST_TOOL_NAME {
+            return Ok(match cell::parse_list_args(request.arguments) {
+                Ok(()) => self.list().await,
+                Err(text) => self.tool_error(text),
+            }
+            .into());
+        }
         if request.name != TOOL_NAME {
             return Err(ErrorData::invalid_params(
                 format!(
-                    "unknown tool `{}`; this server has `{TOOL_NAME}` and `{CLOSE_TOOL_NAME}`",
+                    "unknown tool `{}`; this server has `{TOOL_NAME}`, `{CLOSE_TOOL_NAME}` and \
+                     `{LIST_TOOL_NAME}`",
                     request.name
                 ),
                 None,

@@ -187,11 +187,14 @@ impl Registry {
     }
 
     /// Whether another session may be opened here.
-    pub fn room_to_open(&self) -> Result<(), String> {
+    /// `daemon_open`: the handles the daemon lists as open, when asked (a session that
+    /// ended unseen, at its idle TTL say, then no longer counts).
+    pub fn room_to_open(&self, daemon_open: Option<&[SessionHandle]>) -> Result<(), String> {
         let open = self
             .lock()
             .values()
             .filter(|e| e.owned && e.known.ended.is_none())
+            .filter(|e| daemon_open.is_none_or(|d| d.contains(&e.known.handle)))
             .count();
         if open >= MAX_OPEN {
             return Err(format!(
@@ -271,10 +274,20 @@ impl Registry {
 
     /// The open sessions this instance opened: (alias, handle).
     pub fn owned_open(&self) -> Vec<(String, SessionHandle)> {
+        self.open_where(|e| e.owned)
+    }
+
+    /// Every session this instance knows and has not seen end (its own and the ones
+    /// handed over): (id, handle).
+    pub fn known_open(&self) -> Vec<(String, SessionHandle)> {
+        self.open_where(|_| true)
+    }
+
+    fn open_where(&self, keep: impl Fn(&Entry) -> bool) -> Vec<(String, SessionHandle)> {
         let mut open: Vec<(String, SessionHandle)> = self
             .lock()
             .iter()
-            .filter(|(_, e)| e.owned && e.known.ended.is_none())
+            .filter(|(_, e)| e.known.ended.is_none() && keep(e))
             .map(|(id, e)| (id.clone(), e.known.handle.clone()))
             .collect();
         open.sort_by(|a, b| a.0.cmp(&b.0));
@@ -345,6 +358,16 @@ pub fn totals(ended: &SessionEnded) -> String {
         format_bytes(ended.peak_memory_bytes),
         format_duration(ended.age_ms)
     )
+}
+
+/// How a session ended, in one clause: `it was idle for longer than its TTL (3 cells, ...)`.
+pub fn end_summary(ended: &SessionEnded) -> String {
+    let when = if ended.ended_ms_ago > 0 {
+        format!(", {} ago", format_duration(ended.ended_ms_ago))
+    } else {
+        String::new()
+    };
+    format!("{} ({}{when})", why(ended), totals(ended))
 }
 
 /// The answer for an ended session: that it expired, why, that its state is gone, and
@@ -574,11 +597,17 @@ mod tests {
     fn the_open_cap_says_how_to_make_room() {
         let r = Registry::new();
         for _ in 0..MAX_OPEN {
-            assert!(r.room_to_open().is_ok());
+            assert!(r.room_to_open(None).is_ok());
             r.opened(handle(5), "default".into());
         }
-        let e = r.room_to_open().unwrap_err();
+        let e = r.room_to_open(None).unwrap_err();
         assert!(e.contains("close_session"), "{e}");
+        // Sessions the daemon no longer lists (they ended unseen) leave room.
+        assert!(r.room_to_open(Some(&[])).is_ok());
+        assert!(r.room_to_open(Some(&[handle(5)])).is_err());
+        r.adopt(&handle(6), "default".into());
+        assert_eq!(r.known_open().len(), MAX_OPEN + 1);
+        assert_eq!(r.owned_open().len(), MAX_OPEN);
     }
 
     #[test]

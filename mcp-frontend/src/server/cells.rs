@@ -63,8 +63,14 @@ impl VivariumServer {
         };
         let (id, handle, profile, opened) = match target {
             Resolved::New => {
-                if let Err(text) = sessions.room_to_open() {
-                    return self.tool_error(text);
+                if sessions.room_to_open(None).is_err() {
+                    // Full as far as this server saw: ask the daemon which are still open.
+                    let listed = client.list_sessions().await.ok();
+                    let open: Option<Vec<_>> =
+                        listed.map(|l| l.into_iter().map(|s| s.handle).collect());
+                    if let Err(text) = sessions.room_to_open(open.as_deref()) {
+                        return self.tool_error(text);
+                    }
                 }
                 let profile = args
                     .profile
@@ -222,6 +228,30 @@ impl VivariumServer {
             }
             Err(e) => self.tool_error(self.session_error_text(&id, false, e)),
         }
+    }
+
+    /// `list_sessions`: the open sessions this instance knows, as the daemon sees them.
+    pub(super) async fn list(&self) -> CallToolResult {
+        let known = self.inner.sessions.known_open();
+        if known.is_empty() {
+            return cell::list_call_result(&[]);
+        }
+        let mut client = match self.connect().await {
+            Ok(client) => client,
+            Err(result) => return result,
+        };
+        let listed = match client.list_sessions().await {
+            Ok(listed) => listed,
+            Err(e) => return self.tool_error(job_error_text(&e)),
+        };
+        let found: Vec<(String, vivarium_client::SessionInfo)> = known
+            .into_iter()
+            .filter_map(|(id, handle)| {
+                let info = listed.iter().find(|s| s.handle == handle)?;
+                Some((id, info.clone()))
+            })
+            .collect();
+        cell::list_call_result(&found)
     }
 
     /// Close the sessions this instance opened (its client has gone: nobody else knows

@@ -103,10 +103,11 @@ async def call(s: ClientSession, arguments: dict, **kw) -> dict:
 
 
 class Tool:
-    def __init__(self, listed: dict, close: dict | None = None) -> None:
+    def __init__(self, listed: dict, close: dict, list_: dict) -> None:
         self.listed = listed
         self.output = jsonschema.Draft202012Validator(listed["outputSchema"])
-        self.close_output = jsonschema.Draft202012Validator(close["outputSchema"]) if close else None
+        self.close_output = jsonschema.Draft202012Validator(close["outputSchema"])
+        self.list_output = jsonschema.Draft202012Validator(list_["outputSchema"])
 
     def valid(self, result: dict) -> dict:
         check("structuredContent" in result, "result carries structuredContent", result)
@@ -116,11 +117,12 @@ class Tool:
 
 async def list_and_validate(s: ClientSession) -> Tool:
     tools = [t.model_dump(by_alias=True, mode="json", exclude_none=True) for t in (await s.list_tools()).tools]
-    check([t["name"] for t in tools] == ["run_python", "close_session"], "the tools: run_python, close_session", tools)
-    t = tools[0]
-    close = tools[1]
-    for schema in (close["inputSchema"], close["outputSchema"]):
+    check([t["name"] for t in tools] == ["run_python", "close_session", "list_sessions"],
+          "the tools: run_python, close_session, list_sessions", tools)
+    t, close, list_ = tools
+    for schema in (close["inputSchema"], close["outputSchema"], list_["inputSchema"], list_["outputSchema"]):
         jsonschema.Draft202012Validator.check_schema(schema)
+    check(list_["annotations"].get("readOnlyHint") is True, "listing sessions is read-only", list_)
     check(close["inputSchema"]["required"] == ["session_id"], "close_session takes a session_id", close)
     check(close["annotations"].get("destructiveHint") is True, "closing a session is destructive", close)
     jsonschema.Draft202012Validator.check_schema(t["inputSchema"])
@@ -178,7 +180,7 @@ async def list_and_validate(s: ClientSession) -> Tool:
         check(needle in sd, f"session_id's description mentions {needle!r}", sd)
     check("session" in t["outputSchema"]["properties"] and "session" not in t["outputSchema"].get("required", []),
           "the output schema has an optional session", t["outputSchema"])
-    return Tool(t, close)
+    return Tool(t, close, list_)
 
 
 async def main_session() -> None:
@@ -339,6 +341,13 @@ async def close(s: ClientSession, tool: Tool, session_id: str) -> dict:
     return r
 
 
+async def listed(s: ClientSession, tool: Tool) -> list[str]:
+    r = dump(await s.call_tool("list_sessions", {}))
+    check(r.get("isError") is False, "list_sessions succeeds", r)
+    tool.list_output.validate(r["structuredContent"])
+    return [x["session_id"] for x in r["structuredContent"]["sessions"]]
+
+
 async def cell_when_free(s: ClientSession, arguments: dict) -> dict:
     """A cell, retried while the session still finishes an interrupted one."""
     end = time.monotonic() + 10
@@ -366,6 +375,7 @@ async def sessions_session() -> None:
         check(500 < ss["expires_in_seconds"] <= 600, "expires in the default idle TTL", ss)
         check(abs(expiry_of(ss) - (time.time() + ss["expires_in_seconds"])) < 5, "expires_at agrees", ss)
         check("vs_" not in json.dumps(r), "the daemon's handle is not shown", r)
+        check(await listed(s, tool) == [sid], "list_sessions shows the session by its id", sid)
 
         for n, code, value, out in [
             (2, "x += 1\nprint('x is', x)\nx * 10", "20", "x is 2\n"),
@@ -448,6 +458,7 @@ async def sessions_session() -> None:
               "a closed session's id is a typed error saying how to start again", r)
         r = await close(s, tool, sid)
         check(r.get("isError") is False and r["structuredContent"]["closed_now"] is False, "closing twice says it had ended", r)
+        check(await listed(s, tool) == [], "a closed session is not listed", sid)
         ok("close_session: cells and CPU reported; the id then answers that the session expired")
 
         r = await call(s, {"code": "z = 3", "session_id": "new", "profile": ARGS.session_ttl_profile})
@@ -617,7 +628,7 @@ async def no_daemon_session() -> None:
 
 async def list_and_validate_loose(s: ClientSession) -> None:
     tools = (await s.list_tools()).tools
-    check([t.name for t in tools] == ["run_python", "close_session"], "tools listed without a daemon", tools)
+    check([t.name for t in tools] == ["run_python", "close_session", "list_sessions"], "tools listed without a daemon", tools)
 
 
 def rpc(proc: subprocess.Popen, msg: dict) -> None:
