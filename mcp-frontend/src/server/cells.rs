@@ -364,3 +364,114 @@ fn unsupported_text(version: u32) -> String {
         vivarium_client::SESSION_PROTOCOL
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Config;
+    use vivarium_proto::{SessionEndReason, SessionEnded, SessionHandle, WireError};
+
+    fn server() -> VivariumServer {
+        let config = Config {
+            socket: "/nonexistent/vivariumd.sock".into(),
+            max_calls_per_minute: 0,
+            max_concurrent_jobs: 1,
+            max_queued_calls: 1,
+            queue_timeout: Duration::from_secs(1),
+            budgets: tool::Budgets::default(),
+            default_profile: "default".into(),
+            progress_interval: Duration::from_secs(1),
+            profile_refresh: Duration::from_secs(10),
+        };
+        let (_tx, rx) = tokio::sync::watch::channel(false);
+        VivariumServer::new(config, None, rx)
+    }
+
+    fn handle() -> SessionHandle {
+        SessionHandle(format!("vs_{}", "cd".repeat(32)))
+    }
+
+    fn refused(code: ErrorCode) -> ClientError {
+        ClientError::Refused(WireError {
+            code,
+            message: "the daemon's words".into(),
+        })
+    }
+
+    #[test]
+    fn an_expiry_from_the_daemon_is_remembered_and_typed() {
+        let s = server();
+        let alias = s.inner.sessions.opened(handle(), "default".into());
+        let ended = SessionEnded {
+            handle: handle(),
+            reason: SessionEndReason::Lifetime,
+            detail: String::new(),
+            ended_ms_ago: 0,
+            cells: 9,
+            cpu_ms: 100,
+            peak_memory_bytes: 1 << 20,
+            age_ms: 3_600_000,
+        };
+        let text =
+            s.session_error_text(&alias, false, ClientError::SessionExpired(Box::new(ended)));
+        assert!(
+            text.starts_with(&format!(
+                "session `{alias}` has expired: it ended because it reached the end of its lifetime"
+            )),
+            "{text}"
+        );
+        assert!(!text.contains("vs_"), "{text}");
+        // The next call is answered here, the same way, without the daemon.
+        let again = s
+            .inner
+            .sessions
+            .resolve(&SessionArg::Alias(alias.clone()))
+            .unwrap_err();
+        assert!(matches!(again, Unusable::Ended(..)), "{again:?}");
+        assert!(s.inner.sessions.owned_open().is_empty());
+    }
+
+    #[test]
+    fn refusals_about_a_session_say_what_to_do() {
+        let s = server();
+        let alias = s.inner.sessions.opened(handle(), "default".into());
+        let busy = s.session_error_text(&alias, false, refused(ErrorCode::SessionBusy));
+        assert!(
+            busy.contains("one cell at a time") && busy.contains("Nothing ran"),
+            "{busy}"
+        );
+        // A handed-over handle the daemon does not know for this uid.
+        let text = s.session_error_text(&handle().0, false, refused(ErrorCode::SessionNotFound));
+        assert!(
+            text.starts_with("no such session `vs_") && text.contains("the daemon's words"),
+            "{text}"
+        );
+        // An alias whose session the daemon lost: gone, and forgotten here.
+        let gone = s.session_error_text(&alias, false, refused(ErrorCode::SessionNotFound));
+        assert!(
+            gone.contains("is gone") && gone.contains("session_id: \"new\""),
+            "{gone}"
+        );
+        assert!(s.inner.sessions.get(&alias).is_none());
+        let old = s.session_error_text(
+            "mcp_x",
+            false,
+            ClientError::SessionsUnsupported { version: 5 },
+        );
+        assert!(
+            old.contains("protocol 5") && old.contains("upgrade vivariumd"),
+            "{old}"
+        );
+        // A session this call opened: its id reaches the model with any other failure.
+        let other = s.session_error_text("mcp_y", true, ClientError::Disconnected);
+        assert!(
+            other.contains("`mcp_y` was opened and stays open"),
+            "{other}"
+        );
+        let disabled = s.open_error_text("p", &refused(ErrorCode::SessionsDisabled));
+        assert!(
+            disabled.contains("profile `p` does not serve sessions"),
+            "{disabled}"
+        );
+    }
+}
