@@ -255,7 +255,7 @@ impl VivariumServer {
     }
 
     /// Close the sessions this instance opened (its client has gone: nobody else knows
-    /// their ids), within [`CLOSE_ALL_TIMEOUT`]. Handed-over sessions are left alone.
+    /// their ids), within a second. Handed-over sessions are left alone.
     pub async fn close_owned_sessions(&self) {
         let open = self.inner.sessions.owned_open();
         if open.is_empty() {
