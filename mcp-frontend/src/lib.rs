@@ -1,16 +1,62 @@
-//! `vivarium-mcp`: an MCP server (stdio) with one tool, `run_python`, that runs Python in
-//! the Vivarium sandbox through the daemon's socket.
+//! `vivarium-mcp`: an MCP server (stdio) whose tool `run_python` runs Python in the
+//! Vivarium sandbox through the daemon's socket, statelessly or in a session; its tools
+//! `close_session` and `list_sessions` end a session and list this server's.
 //!
 //! Each call is one job on its own daemon connection. Cancelling the request
 //! (`notifications/cancelled`) or closing stdin closes that connection, which makes the
 //! daemon kill the job; the daemon's own deadlines hold when a client never cancels.
 //! Nothing but JSON-RPC goes to stdout: logs go to stderr and no child process is spawned.
+//!
+//! # Sessions
+//!
+//! A call without `session_id` is a fresh, disposable run: its arguments and its result are
+//! exactly as before sessions. With one, the code runs as a cell of a session (a sandbox
+//! whose interpreter keeps `__main__`, imports and files between cells; the daemon's
+//! `OpenSession`/`ExecCell`):
+//!
+//! - `session_id: "new"` opens a session on the call's `profile` (its `packages` make the
+//!   session's environment) and runs `code` as cell 1.
+//! - `session_id: "mcp_..."`, an id from an earlier result, runs `code` in that session;
+//!   `profile` may only repeat the session's, and `packages` is refused.
+//! - `session_id: "vs_..."`, a daemon handle (`viv session new`), is the explicit handover:
+//!   any instance uses it as given, and the daemon checks it belongs to this uid.
+//!
+//! The result is `run_python`'s with a `session` object: `session_id` (to pass next),
+//! `opened`, the cell number, `value` (the repr of the last expression, as IPython's
+//! Out[]), `exception` (type, message, traceback), `state_kept`, and `expires_at`
+//! (RFC 3339 UTC) / `expires_in_seconds`. `reason` is `ok`, `error` (the cell raised),
+//! `timeout` or `interrupted` (KeyboardInterrupt; the state is kept), `memory_guard`
+//! (interrupted before the memory limit; the state is kept) or `session_ended` (the state
+//! is gone). Anything but `ok` is a tool error (`isError`), as a failing script is
+//! without a session; its text leads with why and whether the state survived. `exit_code`
+//! is null for a cell. The same output budgets apply; the value and the traceback are cut
+//! to `output_chars` in `structuredContent` and to an eighth of `text_chars` in the text.
+//!
+//! Ids are bound to this server instance (MCP 2026-07-28, "State Handle Hijacking"): the
+//! model sees `mcp_` and 128 random bits minted here and kept in memory only, mapped to the
+//! daemon's handle, which is never shown. Another instance, even of the same uid, answers
+//! "no such session"; a restarted server has forgotten them. When this server's client
+//! goes away (stdin EOF) it closes the sessions it opened. An ended session's id is kept
+//! (the newest 256) so that a later call gets a typed answer: the session expired, why
+//! (idle TTL, lifetime, memory, an unresponsive cell, a daemon restart, ...), that its
+//! state is gone, and to start again with `session_id: "new"`.
+//!
+//! Cancelling a call interrupts its cell; the session survives. `close_session` ends a
+//! session and reports how it ended (cells, CPU, peak memory, age); closing one that had
+//! ended already is no error and says how it ended. `list_sessions` lists the open
+//! sessions this instance opened or was handed (id, profile, cells, idle time, expiry),
+//! for a model that lost track of an id. The tool description states the idle
+//! TTL and the lifetime as the daemon's defaults (10 minutes and 1 hour): the daemon's
+//! profile list does not carry a profile's `[session]` limits, and each result states its
+//! own session's expiry.
 #![forbid(unsafe_code)]
 
+pub mod cell;
 pub mod excerpt;
 pub mod limiter;
 pub mod lines;
 pub mod server;
+pub mod session;
 pub mod tool;
 
 use std::path::PathBuf;
@@ -72,6 +118,7 @@ pub async fn serve_stdio(config: Config) -> Result<(), ServeError> {
     let refresh_every = config.profile_refresh;
     let server = VivariumServer::new(config, profiles, eof_rx.clone());
     let refresher = server.clone();
+    let closer = server.clone();
     let stdin = EofSignal {
         inner: lines::LineGuard::new(tokio::io::stdin(), lines::MAX_LINE_BYTES),
         eof: eof_tx,
@@ -114,6 +161,9 @@ pub async fn serve_stdio(config: Config) -> Result<(), ServeError> {
             }
         }
     }
+    // Nobody else knows this instance's session ids: end its sessions now rather than
+    // leave them to their idle TTL.
+    closer.close_owned_sessions().await;
     Ok(())
 }
 

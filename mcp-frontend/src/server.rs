@@ -17,9 +17,13 @@ use tracing::{debug, info, warn};
 use vivarium_client::{Client, ClientError, Job, JobEvent, ProfileInfo, Stream};
 use vivarium_proto::{error_chain, ErrorCode, ProfileFeatures};
 
+use crate::cell::{self, CLOSE_TOOL_NAME, LIST_TOOL_NAME};
 use crate::limiter::{Admission, Limiter, Refusal, Ticket};
+use crate::session::Registry;
 use crate::tool::{self, RunPythonArgs, TOOL_NAME};
 use crate::Config;
+
+mod cells;
 
 /// The name this server announces to the daemon and to MCP clients.
 pub const SERVER_NAME: &str = "vivarium-mcp";
@@ -42,6 +46,8 @@ struct Inner {
     features: Mutex<Option<Vec<ProfileFeatures>>>,
     /// Becomes true when stdin reaches EOF: every running job is then killed.
     eof: watch::Receiver<bool>,
+    /// The sessions this instance knows (crate::session).
+    sessions: Registry,
 }
 
 impl VivariumServer {
@@ -67,6 +73,7 @@ impl VivariumServer {
                 profiles: Mutex::new(profiles),
                 features: Mutex::new(features),
                 eof,
+                sessions: Registry::new(),
             }),
         }
     }
@@ -203,7 +210,36 @@ impl VivariumServer {
         }
     }
 
+    /// A connection to the daemon, past its hello; a tool error saying why not.
+    async fn connect(&self) -> Result<Client, CallToolResult> {
+        let socket = &self.inner.config.socket;
+        let client_name = format!("{SERVER_NAME}/{}", env!("CARGO_PKG_VERSION"));
+        // The hello's answer before the job: a refused hello gets its own advice.
+        let connect = async {
+            let mut client = Client::connect_as(socket, &client_name).await?;
+            client.hello().await?;
+            Ok::<_, vivarium_client::ClientError>(client)
+        };
+        match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
+            Ok(Ok(client)) => Ok(client),
+            Ok(Err(e)) => Err(self.tool_error(connect_error_text(socket, &e))),
+            Err(_) => Err(self.tool_error(connect_timeout_text(socket))),
+        }
+    }
+
     async fn run(
+        &self,
+        args: RunPythonArgs,
+        context: &RequestContext<RoleServer>,
+        progress: Option<Progress>,
+    ) -> CallToolResult {
+        match args.session() {
+            Some(session) => self.run_cell(args, session, context, progress).await,
+            None => self.run_job(args, context, progress).await,
+        }
+    }
+
+    async fn run_job(
         &self,
         args: RunPythonArgs,
         context: &RequestContext<RoleServer>,
@@ -219,17 +255,9 @@ impl VivariumServer {
         {
             return self.tool_error(text);
         }
-        let client_name = format!("{SERVER_NAME}/{}", env!("CARGO_PKG_VERSION"));
-        // The hello's answer before the job: a refused hello gets its own advice.
-        let connect = async {
-            let mut client = Client::connect_as(&config.socket, &client_name).await?;
-            client.hello().await?;
-            Ok::<_, vivarium_client::ClientError>(client)
-        };
-        let mut client = match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
-            Ok(Ok(client)) => client,
-            Ok(Err(e)) => return self.tool_error(connect_error_text(&config.socket, &e)),
-            Err(_) => return self.tool_error(connect_timeout_text(&config.socket)),
+        let mut client = match self.connect().await {
+            Ok(client) => client,
+            Err(result) => return result,
         };
         let mut job = Job::new(args.code).profile(profile.clone());
         job.packages = args.packages.unwrap_or_default();
@@ -580,7 +608,9 @@ impl ServerHandler for VivariumServer {
         info.server_info = server_info();
         info.instructions = Some(
             "Use run_python to execute Python code in an isolated, disposable sandbox (no \
-             network, resource limits). Each call is independent."
+             network, resource limits). Each call is independent unless it names a session \
+             (`session_id`), which keeps Python state between calls until it expires or is \
+             closed with close_session."
                 .into(),
         );
         info
@@ -593,11 +623,20 @@ impl ServerHandler for VivariumServer {
     ) -> Result<ListToolsResult, ErrorData> {
         // The client asks for the list: no notification needed, just the latest.
         self.refresh_profiles(None).await;
-        Ok(ListToolsResult::with_all_items(vec![self.tool_now()]))
+        Ok(ListToolsResult::with_all_items(vec![
+            self.tool_now(),
+            cell::close_tool(),
+            cell::list_tool(),
+        ]))
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
-        (name == TOOL_NAME).then(|| self.tool_now())
+        match name {
+            TOOL_NAME => Some(self.tool_now()),
+            CLOSE_TOOL_NAME => Some(cell::close_tool()),
+            LIST_TOOL_NAME => Some(cell::list_tool()),
+            _ => None,
+        }
     }
 
     async fn on_custom_request(
@@ -636,10 +675,25 @@ impl ServerHandler for VivariumServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        if request.name == CLOSE_TOOL_NAME {
+            return Ok(match cell::parse_close_args(request.arguments) {
+                Ok(session) => self.close(session).await,
+                Err(text) => self.tool_error(text),
+            }
+            .into());
+        }
+        if request.name == LIST_TOOL_NAME {
+            return Ok(match cell::parse_list_args(request.arguments) {
+                Ok(()) => self.list().await,
+                Err(text) => self.tool_error(text),
+            }
+            .into());
+        }
         if request.name != TOOL_NAME {
             return Err(ErrorData::invalid_params(
                 format!(
-                    "unknown tool `{}`; this server has `{TOOL_NAME}`",
+                    "unknown tool `{}`; this server has `{TOOL_NAME}`, `{CLOSE_TOOL_NAME}` and \
+                     `{LIST_TOOL_NAME}`",
                     request.name
                 ),
                 None,

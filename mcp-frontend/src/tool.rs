@@ -10,6 +10,7 @@ use vivarium_client::{format_bytes, limit_name, Outcome, ProfileInfo};
 use vivarium_proto::{ExitStatus, ProfileFeatures, Reason};
 
 use crate::excerpt::{excerpt_weighted, StreamExcerpt};
+use crate::session::SessionArg;
 
 pub const TOOL_NAME: &str = "run_python";
 
@@ -59,16 +60,34 @@ pub struct RunPythonArgs {
     /// cached environment. The profile must allow packages.
     #[serde(default)]
     pub packages: Option<Vec<String>>,
+    /// Keep state between calls: omit for a fresh, independent run; `"new"` to open a
+    /// session and run `code` as its first cell; or the `session_id` of an earlier result
+    /// to run `code` in that session, where earlier variables, imports and files are still
+    /// there. A session ends when idle too long or at the end of its lifetime, and its
+    /// state is then lost.
+    #[serde(default)]
+    pub session_id: Option<String>,
+}
+
+impl RunPythonArgs {
+    /// The session the call asks for (`None`: a stateless run). Checked by [`parse_args`].
+    pub fn session(&self) -> Option<SessionArg> {
+        let id = self.session_id.as_deref()?;
+        Some(SessionArg::parse(id).expect("parse_args checked session_id"))
+    }
 }
 
 /// What `run_python` returns (`structuredContent`).
 #[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 #[schemars(crate = "rmcp::schemars")]
 pub struct RunPythonResult {
-    /// The interpreter's exit code; null when it was killed by a signal or never started.
+    /// The interpreter's exit code; null when it was killed by a signal or never started,
+    /// and for a session cell (the interpreter goes on: see `reason`).
     pub exit_code: Option<i32>,
-    /// Why the job ended: ok, error (non-zero exit), timeout, cpu_limit, oom, pids,
-    /// output_limit, signal, seccomp (a forbidden system call), cancelled, sandbox_error.
+    /// Why the job ended: ok, error (non-zero exit, or a session cell's exception),
+    /// timeout, cpu_limit, oom, pids, output_limit, signal, seccomp (a forbidden system
+    /// call), cancelled, sandbox_error; for a session cell also interrupted, memory_guard
+    /// (interrupted before the memory limit; the state is kept) and session_ended.
     pub reason: String,
     /// Standard output.
     pub stdout: StreamExcerpt,
@@ -86,6 +105,51 @@ pub struct RunPythonResult {
     pub profile: String,
     /// The installed packages when the job asked for any (else null).
     pub packages: Option<PackagesResult>,
+    /// Present only for a call with `session_id`: the session, this cell's number and
+    /// value, and when the session expires.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session: Option<SessionResult>,
+}
+
+/// A session cell's part of the result.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+pub struct SessionResult {
+    /// Pass this as `session_id` to run the next cell in the same session.
+    pub session_id: String,
+    /// Whether this call opened the session (`session_id: "new"`).
+    pub opened: bool,
+    /// The cell's number in the session (1 for the first).
+    pub cell: u64,
+    /// The repr of the cell's last expression, as IPython's Out[] shows it; null for a
+    /// statement, a None value or a trailing `;`.
+    pub value: Option<String>,
+    /// True when `value` was cut (the daemon's bound or this result's budget).
+    pub value_truncated: bool,
+    /// The exception the cell raised (reason `error`), else null.
+    pub exception: Option<ExceptionResult>,
+    /// Whether the session and its state (variables, imports, files in /work) are still
+    /// there for the next cell: true after an exception or an interrupt, false once the
+    /// session has ended.
+    pub state_kept: bool,
+    /// When the session ends if no further cell comes (its idle TTL or its lifetime,
+    /// whichever is sooner), RFC 3339 UTC; null once it has ended.
+    pub expires_at: Option<String>,
+    /// The same, in seconds from now; null once it has ended.
+    pub expires_in_seconds: Option<u64>,
+}
+
+/// An exception a session cell raised.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+pub struct ExceptionResult {
+    /// The exception's type, e.g. `ValueError`.
+    #[serde(rename = "type")]
+    pub type_name: String,
+    pub message: String,
+    /// The traceback, starting in the cell's code (`<cell N>`).
+    pub traceback: String,
+    pub traceback_truncated: bool,
 }
 
 /// The job's package environment.
@@ -141,6 +205,17 @@ pub fn parse_args(arguments: Option<JsonObject>) -> Result<RunPythonArgs, String
             ));
         }
     }
+    if let Some(id) = &args.session_id {
+        let session =
+            SessionArg::parse(id).map_err(|e| format!("invalid arguments for {TOOL_NAME}: {e}"))?;
+        if session != SessionArg::New && args.packages.is_some() {
+            return Err(format!(
+                "invalid arguments for {TOOL_NAME}: `packages` can only be given with \
+                 `session_id: \"new\"` (a session's environment is made when it opens); the \
+                 session's packages are already there"
+            ));
+        }
+    }
     if let Some(t) = args.timeout_seconds {
         if !(t.is_finite() && t > 0.0) {
             return Err(format!(
@@ -152,12 +227,16 @@ pub fn parse_args(arguments: Option<JsonObject>) -> Result<RunPythonArgs, String
 }
 
 /// The parameters and what each must be, in the schema's words.
-const PARAMETERS: [(&str, &str); 5] = [
+const PARAMETERS: [(&str, &str); 6] = [
     ("code", "a string of Python source"),
     ("stdin", "a string"),
     ("timeout_seconds", "a number of seconds greater than 0"),
     ("profile", "a string naming a profile"),
     ("packages", "an array of strings (PEP 508 requirements)"),
+    (
+        "session_id",
+        "a string: \"new\", or the session_id of an earlier result",
+    ),
 ];
 
 /// Check each argument's JSON type before serde does, so that a wrong one is described
@@ -316,6 +395,16 @@ pub fn tool(
             }
         }
     }
+    if let Some(serde_json::Value::Object(p)) = input
+        .get_mut("properties")
+        .and_then(|props| props.get_mut("session_id"))
+    {
+        p.insert("description".into(), session_id_description().into());
+        p.insert(
+            "examples".into(),
+            serde_json::json!([crate::session::NEW, "mcp_0123456789abcdef0123456789abcdef"]),
+        );
+    }
     let mut output =
         (*rmcp::handler::server::common::schema_for_output::<RunPythonResult>()).clone();
     portable(&mut output, false);
@@ -339,6 +428,40 @@ pub fn tool(
             .destructive(false)
             .idempotent(false)
             .open_world(network),
+    )
+}
+
+/// How long a session lives, in words: the daemon's defaults (its profiles may set other
+/// values; each result gives its own session's `expires_at`). The daemon's profile list
+/// does not carry a profile's `[session]` limits, so these are stated as defaults.
+pub fn session_lifetime_text() -> String {
+    format!(
+        "A session ends after {} without a call (its idle TTL) or {} after it opened (its \
+         lifetime), whichever comes first (the daemon's defaults; each result's `expires_at` \
+         says when its session ends)",
+        minutes(crate::session::DEFAULT_IDLE_TTL_SECS),
+        minutes(crate::session::DEFAULT_LIFETIME_SECS),
+    )
+}
+
+fn minutes(secs: u64) -> String {
+    match secs {
+        3600 => "1 hour".into(),
+        s if s % 3600 == 0 => format!("{} hours", s / 3600),
+        s if s % 60 == 0 => format!("{} minutes", s / 60),
+        s => format!("{s} s"),
+    }
+}
+
+/// The `session_id` parameter's description.
+fn session_id_description() -> String {
+    format!(
+        "Keep Python state between calls. Omit for a fresh, independent run. \"new\": open a \
+         session and run `code` as its first cell. The `session_id` of an earlier result: run \
+         `code` in that session, where earlier variables, imports and files in /work are \
+         still there. {}; its state is then lost, and a call with its id is an error saying \
+         it expired (start again with \"new\"). Ids are valid only on this server.",
+        session_lifetime_text()
     )
 }
 
@@ -371,7 +494,7 @@ impl Packages {
 }
 
 /// Every `reason` a result can carry ([`reason_name`]).
-pub const REASONS: [&str; 11] = [
+pub const REASONS: [&str; 14] = [
     "ok",
     "error",
     "timeout",
@@ -383,6 +506,9 @@ pub const REASONS: [&str; 11] = [
     "seccomp",
     "cancelled",
     "sandbox_error",
+    "interrupted",
+    "memory_guard",
+    "session_ended",
 ];
 
 /// Every item `limits_hit` can carry (`vivarium_client::limit_name`).
@@ -427,7 +553,7 @@ const STANDARD_FORMATS: [&str; 19] = [
 /// `int32`, `double`, which clients on the TypeScript SDK warn about) and, for an input,
 /// optional properties as plain types (`"string"`, not `["string", "null"]` with
 /// `default: null`), which some clients cannot read.
-fn portable(schema: &mut JsonObject, input: bool) {
+pub(crate) fn portable(schema: &mut JsonObject, input: bool) {
     fn walk(value: &mut serde_json::Value) {
         match value {
             serde_json::Value::Object(map) => {
@@ -597,17 +723,26 @@ pub fn description(
     format!(
         "Run a Python {python} script in a fresh, disposable Linux sandbox and return its exit \
          code, stdout, stderr and resource use. Each call starts clean: {network}, no state \
-         between calls, writable /work and /tmp only, no pip; {limits}.{packages_text} A \
-         Python exception or a limit hit is reported as an error with the \
-         traceback or the reason. The result is JSON (exit_code, reason, stdout, stderr, \
+         between calls unless it names a session, writable /work and /tmp only, no pip; \
+         {limits}.{packages_text} A Python exception or a limit hit is reported as an error \
+         with the traceback or the reason. The result is JSON (exit_code, reason, stdout, stderr, \
          usage): structuredContent keeps up to {out} characters of each stream (head and \
          tail); the text content is the same JSON, led by \"error\" when the run failed, \
          with excerpts cut so that the whole text stays within {text} characters.\n\
+         Sessions, for multi-step work on the same data: `session_id: \"new\"` opens one \
+         (variables, imports and files in /work persist between its cells), \
+         `result.session.session_id` continues it, and each cell's last expression comes back \
+         as `session.value` (as in a notebook). {lifetime}; its state is then lost and a call \
+         naming it is an error that says so. A cell that times out or is cancelled is \
+         interrupted and the state is kept. Close a session with close_session when done.\n\
          Examples: {{\"code\": \"print(sum(range(10)))\"}}; \
          {{\"code\": \"import sys; print(sys.stdin.read().upper())\", \"stdin\": \"hi\"}}; \
-         {{\"code\": \"import time; time.sleep(5)\", \"timeout_seconds\": 2}}{packages_example}",
+         {{\"code\": \"import time; time.sleep(5)\", \"timeout_seconds\": 2}}; \
+         {{\"code\": \"data = list(range(10))\", \"session_id\": \"new\"}} then \
+         {{\"code\": \"sum(data)\", \"session_id\": \"mcp_...\"}}{packages_example}",
         out = budgets.output_chars,
         text = budgets.text_chars,
+        lifetime = session_lifetime_text(),
         python = python.unwrap_or("3"),
     )
 }
@@ -657,6 +792,7 @@ fn result_with(
             resolved: p.resolved.clone(),
             from_cache: p.from_cache,
         }),
+        session: None,
     }
 }
 
@@ -710,18 +846,41 @@ pub fn result_text(
     let error = (outcome.reason != Reason::Ok).then(|| failure_reason(outcome, output_cap));
     // A failure's stderr ends with the traceback: give its tail three quarters.
     let err_head = if error.is_some() { 25 } else { 50 };
+    fit_text(
+        error.as_deref(),
+        stdout,
+        stderr,
+        budgets,
+        |out_chars, err_chars| {
+            let mut result = result_with(
+                outcome,
+                (stdout, out_chars, 50),
+                (stderr, err_chars, err_head),
+                packages,
+            );
+            if let Some(p) = result.packages.as_mut() {
+                shorten_list(&mut p.resolved, budget / 4);
+            }
+            result
+        },
+    )
+}
+
+/// The text content of a result: `render(out_chars, err_chars)` as JSON led by `error`,
+/// with the two excerpts as long as `budgets.text_chars` allows (it is at least 1,000),
+/// and neither longer than the structured one.
+pub(crate) fn fit_text(
+    error: Option<&str>,
+    stdout: &[u8],
+    stderr: &[u8],
+    budgets: Budgets,
+    render: impl Fn(usize, usize) -> RunPythonResult,
+) -> String {
+    let budget = budgets.text_chars;
     let render = |out_chars: usize, err_chars: usize| {
-        let mut result = result_with(
-            outcome,
-            (stdout, out_chars, 50),
-            (stderr, err_chars, err_head),
-            packages,
-        );
-        if let Some(p) = result.packages.as_mut() {
-            shorten_list(&mut p.resolved, budget / 4);
-        }
+        let result = render(out_chars, err_chars);
         let text = TextResult {
-            error: error.as_deref(),
+            error,
             result: &result,
         };
         let json = serde_json::to_string(&text).expect("the result serializes");
@@ -1459,5 +1618,105 @@ mod tests {
         let t = tool(Some(&profiles), None, "default", Budgets::default());
         assert!(props(&t)["packages"].is_object());
         assert_eq!(t.annotations.unwrap().open_world_hint, Some(false));
+    }
+
+    /// `session_id` is optional and described with the lifetime; a stateless result is
+    /// exactly as before (no `session` key), and the output schema does not require one.
+    #[test]
+    fn session_id_is_an_optional_described_argument() {
+        let args = |v: serde_json::Value| parse_args(v.as_object().cloned());
+        assert_eq!(
+            args(serde_json::json!({"code": "1"})).unwrap().session(),
+            None
+        );
+        assert_eq!(
+            args(serde_json::json!({"code": "1", "session_id": "new", "packages": ["numpy"]}))
+                .unwrap()
+                .session(),
+            Some(SessionArg::New)
+        );
+        let alias = "mcp_00112233445566778899aabbccddeeff";
+        assert_eq!(
+            args(serde_json::json!({"code": "1", "session_id": alias}))
+                .unwrap()
+                .session(),
+            Some(SessionArg::Alias(alias.into()))
+        );
+        for (bad, needle) in [
+            (
+                serde_json::json!({"code": "1", "session_id": "yes"}),
+                "`session_id` must be \"new\"",
+            ),
+            (
+                serde_json::json!({"code": "1", "session_id": 7}),
+                "`session_id` must be a string: \"new\", or the session_id of an earlier result, got a number",
+            ),
+            (
+                serde_json::json!({"code": "1", "session_id": alias, "packages": ["numpy"]}),
+                "`packages` can only be given with `session_id: \"new\"`",
+            ),
+        ] {
+            let e = args(bad.clone()).unwrap_err();
+            assert!(e.contains(needle), "{bad}: {e}");
+        }
+        let t = tool(
+            Some(&[profile("default", false)]),
+            None,
+            "default",
+            Budgets::default(),
+        );
+        let input = serde_json::Value::Object((*t.input_schema).clone());
+        let p = &input["properties"]["session_id"];
+        assert_eq!(p["type"], "string");
+        assert_eq!(p["examples"][0], "new");
+        let d = p["description"].as_str().unwrap();
+        assert!(
+            d.contains("10 minutes without a call") && d.contains("1 hour after it opened"),
+            "{d}"
+        );
+        assert!(
+            d.contains("state is then lost") && d.contains("expired"),
+            "{d}"
+        );
+        assert_eq!(input["required"], serde_json::json!(["code"]));
+        let desc = t.description.clone().unwrap();
+        assert!(
+            desc.contains("`session_id: \"new\"` opens one")
+                && desc.contains("10 minutes")
+                && desc.contains("close_session"),
+            "{desc}"
+        );
+        let output = serde_json::Value::Object((*t.output_schema.clone().unwrap()).clone());
+        let required: Vec<String> =
+            serde_json::from_value(output["required"].clone()).unwrap_or_default();
+        assert!(!required.contains(&"session".to_string()), "{output}");
+        assert!(output["properties"]["session"].is_object(), "{output}");
+        // A stateless result has no `session` key, in structuredContent or in the text.
+        let r = call_result(
+            &outcome(Reason::Ok, ExitStatus::Code(0)),
+            b"1\n",
+            b"",
+            Budgets::default(),
+            None,
+            None,
+        );
+        assert!(r
+            .structured_content
+            .as_ref()
+            .unwrap()
+            .get("session")
+            .is_none());
+        assert!(!text_of(&r).contains("session"));
+        for r in ["interrupted", "memory_guard", "session_ended"] {
+            assert!(REASONS.contains(&r));
+        }
+        for s in [
+            crate::cell::cell_reason(&vivarium_client::CellStatus::Ok),
+            crate::cell::cell_reason(&vivarium_client::CellStatus::Interrupted),
+            crate::cell::cell_reason(&vivarium_client::CellStatus::MemoryGuard),
+            crate::cell::cell_reason(&vivarium_client::CellStatus::Timeout),
+        ] {
+            assert!(REASONS.contains(&s), "{s}");
+        }
     }
 }

@@ -1,7 +1,9 @@
 //! A real MCP client drives `vivarium-mcp` against a real `vivariumd`: the official Python
 //! MCP SDK runs `tests/clients/sdk_client.py` (list tools, validate schemas, run code, check
 //! structuredContent, progress, cancellation with no job left, rate and concurrency limits,
-//! bad arguments, no daemon, stdin EOF).
+//! bad arguments, no daemon, stdin EOF; a session: open with `x = 1`, cells that keep
+//! state and return values, exception, timeout and cancel keeping it, ids bound to the
+//! server instance, close, the typed idle expiry, a daemon handle handed over).
 //!
 //! Needs root (the daemon does) and a Python with the `mcp` package: `$VIVARIUM_MCP_PYTHON`,
 //! else `<target>/mcp-venv/bin/python` (`.ci/run` creates it from
@@ -76,6 +78,18 @@ fn packages_setup(dir: &Path) -> Option<String> {
         .status()
         .expect("cp profiles");
     assert!(copy.success(), "cannot copy the profiles");
+    // Sessions with a 1 s idle TTL, for the expiry check (and no session kept ready).
+    let default = std::fs::read_to_string(profiles.join("default.toml")).expect("default.toml");
+    let short = default
+        .replace("idle_ttl_secs = 600", "idle_ttl_secs = 1")
+        .replace("pool = 1 ", "pool = 0 ")
+        .replace("pool_max = 4", "pool_max = 0");
+    assert!(
+        short.contains("idle_ttl_secs = 1 "),
+        "default.toml has no `idle_ttl_secs = 600` to replace"
+    );
+    std::fs::write(profiles.join(format!("{SESSION_TTL_PROFILE}.toml")), short)
+        .expect("write profile");
     let Some(uv) = uv() else {
         skip_or_fail(
             "VIVARIUM_REQUIRE_ROOT",
@@ -113,6 +127,15 @@ fn packages_setup(dir: &Path) -> Option<String> {
     ))
 }
 
+/// The profile whose sessions end after 1 s without a cell.
+const SESSION_TTL_PROFILE: &str = "sessionttl";
+
+fn bin_dir() -> PathBuf {
+    std::env::var_os("VIVARIUM_BIN_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| target_dir().join("debug"))
+}
+
 /// A `vivariumd` on a temporary config; SIGTERM (then SIGKILL) on drop. It keeps no
 /// sandbox ready (`max_ready_sandboxes = 0`): the client checks that a cancelled call's
 /// job leaves no process, and so counts every process of the daemon's as a job's. (The
@@ -125,10 +148,7 @@ struct Daemon {
 
 impl Daemon {
     fn start() -> Daemon {
-        let vivariumd = std::env::var_os("VIVARIUM_BIN_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| target_dir().join("debug"))
-            .join("vivariumd");
+        let vivariumd = bin_dir().join("vivariumd");
         assert!(
             vivariumd.is_file(),
             "{} does not exist: run `cargo build --workspace` first",
@@ -247,6 +267,13 @@ fn python_sdk_drives_the_server() {
         return;
     };
     let daemon = Daemon::start();
+    let viv = Some(bin_dir().join("viv")).filter(|v| v.is_file());
+    if viv.is_none() {
+        skip_or_fail(
+            "VIVARIUM_REQUIRE_ROOT",
+            "no `viv` next to vivariumd: the session handover check does not run",
+        );
+    }
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/sdk_client.py");
     let mut child = Command::new(&python)
         .arg(&script)
@@ -258,6 +285,12 @@ fn python_sdk_drives_the_server() {
         .arg(daemon.child.id().to_string())
         .arg("--profiles-dir")
         .arg(daemon.dir.path().join("profiles"))
+        .args(["--session-ttl-profile", SESSION_TTL_PROFILE])
+        // The handover check opens a session with `viv session new`, as a user would.
+        .args(
+            viv.iter()
+                .flat_map(|v| [std::ffi::OsStr::new("--viv"), v.as_os_str()]),
+        )
         .args(
             daemon
                 .dir
@@ -275,7 +308,7 @@ fn python_sdk_drives_the_server() {
         .spawn()
         .expect("spawn the SDK client");
     // The whole client run is bounded: a hang is a failure, not a stuck CI.
-    let end = Instant::now() + Duration::from_secs(90);
+    let end = Instant::now() + Duration::from_secs(150);
     while child.try_wait().expect("wait").is_none() {
         if Instant::now() > end {
             let _ = child.kill();

@@ -63,6 +63,17 @@ fn without_a_daemon_the_first_call_says_how_to_start_one() {
     let list = recv();
     let tool = &list["result"]["tools"][0];
     assert_eq!(tool["name"], "run_python", "{list}");
+    let names: Vec<&str> = list["result"]["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert_eq!(
+        names,
+        ["run_python", "close_session", "list_sessions"],
+        "{list}"
+    );
     assert_eq!(
         tool["annotations"],
         json!({"title": "Run Python in a sandbox", "readOnlyHint": false,
@@ -86,6 +97,33 @@ fn without_a_daemon_the_first_call_says_how_to_start_one() {
     assert!(bad["result"]["content"][0]["text"]
         .as_str()
         .is_some_and(|t| t.contains("unknown field `cod`")));
+
+    // Sessions: an id this server never minted is "no such session" with no daemon
+    // needed; opening one needs the daemon, and says how to start it.
+    let alias = "mcp_00112233445566778899aabbccddeeff";
+    send(json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+                "params": {"name": "close_session", "arguments": {"session_id": alias}}}));
+    let unknown = recv();
+    assert_eq!(unknown["result"]["isError"], true, "{unknown}");
+    assert!(unknown["result"]["content"][0]["text"]
+        .as_str()
+        .is_some_and(|t| t.contains("no such session") && t.contains(alias)));
+    send(json!({"jsonrpc": "2.0", "id": 6, "method": "tools/call",
+                "params": {"name": "run_python", "arguments": {"code": "x = 1", "session_id": "new"}}}));
+    let open = recv();
+    assert_eq!(open["result"]["isError"], true, "{open}");
+    assert!(open["result"]["content"][0]["text"]
+        .as_str()
+        .is_some_and(|t| t.contains("sudo vivariumd --profiles")));
+    send(json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                "params": {"name": "list_sessions", "arguments": {}}}));
+    let list = recv();
+    assert_eq!(list["result"]["isError"], false, "{list}");
+    assert_eq!(
+        list["result"]["structuredContent"]["sessions"],
+        json!([]),
+        "{list}"
+    );
 
     drop(stdin);
     let t0 = Instant::now();

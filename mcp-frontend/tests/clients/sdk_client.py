@@ -103,9 +103,11 @@ async def call(s: ClientSession, arguments: dict, **kw) -> dict:
 
 
 class Tool:
-    def __init__(self, listed: dict) -> None:
+    def __init__(self, listed: dict, close: dict, list_: dict) -> None:
         self.listed = listed
         self.output = jsonschema.Draft202012Validator(listed["outputSchema"])
+        self.close_output = jsonschema.Draft202012Validator(close["outputSchema"])
+        self.list_output = jsonschema.Draft202012Validator(list_["outputSchema"])
 
     def valid(self, result: dict) -> dict:
         check("structuredContent" in result, "result carries structuredContent", result)
@@ -115,8 +117,14 @@ class Tool:
 
 async def list_and_validate(s: ClientSession) -> Tool:
     tools = [t.model_dump(by_alias=True, mode="json", exclude_none=True) for t in (await s.list_tools()).tools]
-    check([t["name"] for t in tools] == ["run_python"], "exactly one tool, run_python", tools)
-    t = tools[0]
+    check([t["name"] for t in tools] == ["run_python", "close_session", "list_sessions"],
+          "the tools: run_python, close_session, list_sessions", tools)
+    t, close, list_ = tools
+    for schema in (close["inputSchema"], close["outputSchema"], list_["inputSchema"], list_["outputSchema"]):
+        jsonschema.Draft202012Validator.check_schema(schema)
+    check(list_["annotations"].get("readOnlyHint") is True, "listing sessions is read-only", list_)
+    check(close["inputSchema"]["required"] == ["session_id"], "close_session takes a session_id", close)
+    check(close["annotations"].get("destructiveHint") is True, "closing a session is destructive", close)
     jsonschema.Draft202012Validator.check_schema(t["inputSchema"])
     jsonschema.Draft202012Validator.check_schema(t["outputSchema"])
     check(t["inputSchema"]["type"] == "object", "input schema is an object", t["inputSchema"])
@@ -127,7 +135,7 @@ async def list_and_validate(s: ClientSession) -> Tool:
     # (from PyPI on the stock profiles, so the tool is open-world), without it the
     # parameter is not advertised at all.
     with_packages = bool(ARGS.packages_profile)
-    expected_props = {"code", "stdin", "timeout_seconds", "profile"} | ({"packages"} if with_packages else set())
+    expected_props = {"code", "stdin", "timeout_seconds", "profile", "session_id"} | ({"packages"} if with_packages else set())
     check(set(props) == expected_props, "parameters", props)
     if with_packages:
         check(props["packages"]["type"] == "array" and props["packages"]["items"] == {"type": "string"},
@@ -165,9 +173,14 @@ async def list_and_validate(s: ClientSession) -> Tool:
     # The daemon's profile runs /usr/bin/python3, the interpreter this venv was made from:
     # the description names its version (the daemon reads it from the interpreter's name).
     python = f"Python {sys.version_info.major}.{sys.version_info.minor} script"
-    for needle in ("no network", python, "30 s wall", "Examples"):
+    for needle in ("no network", python, "30 s wall", "Examples", "session_id", "10 minutes", "1 hour", "state is then lost", "close_session"):
         check(needle in d, f"description mentions {needle!r}", d)
-    return Tool(t)
+    sd = props["session_id"]["description"]
+    for needle in ("\"new\"", "10 minutes", "1 hour", "lost", "expired"):
+        check(needle in sd, f"session_id's description mentions {needle!r}", sd)
+    check("session" in t["outputSchema"]["properties"] and "session" not in t["outputSchema"].get("required", []),
+          "the output schema has an optional session", t["outputSchema"])
+    return Tool(t, close, list_)
 
 
 async def main_session() -> None:
@@ -181,6 +194,7 @@ async def main_session() -> None:
         check(sc["exit_code"] == 0 and sc["reason"] == "ok", "exit 0, reason ok", sc)
         check(sc["stdout"]["text"] == "1\n" and sc["stdout"]["total_bytes"] == 2, "stdout", sc)
         check(sc["wall_ms"] > 0 and sc["peak_memory_bytes"] > 0, "usage reported", sc)
+        check("session" not in sc and "session" not in text_of(r), "a stateless result has no session", r)
         ok("run print(1): structuredContent matches outputSchema")
 
         r = await call(s, {"code": "import sys; print(sys.stdin.read().upper())", "stdin": "hello"})
@@ -308,6 +322,175 @@ async def main_session() -> None:
         r = await call(s, {"code": "print(2)"})
         check(tool.valid(r)["stdout"]["text"] == "2\n", "the server still works after a cancel", r)
         ok("cancel: notifications/cancelled killed the job, no job process left")
+
+
+def expiry_of(ss: dict) -> float:
+    """The session's `expires_at` (RFC 3339 UTC) as a Unix time; checks its form."""
+    import datetime
+
+    at = ss["expires_at"]
+    check(isinstance(at, str) and at.endswith("Z") and "T" in at, "expires_at is RFC 3339 UTC", ss)
+    return datetime.datetime.fromisoformat(at.replace("Z", "+00:00")).timestamp()
+
+
+async def close(s: ClientSession, tool: Tool, session_id: str) -> dict:
+    r = dump(await s.call_tool("close_session", {"session_id": session_id}))
+    if not r.get("isError"):
+        check("structuredContent" in r, "close_session carries structuredContent", r)
+        tool.close_output.validate(r["structuredContent"])
+    return r
+
+
+async def listed(s: ClientSession, tool: Tool) -> list[str]:
+    r = dump(await s.call_tool("list_sessions", {}))
+    check(r.get("isError") is False, "list_sessions succeeds", r)
+    tool.list_output.validate(r["structuredContent"])
+    return [x["session_id"] for x in r["structuredContent"]["sessions"]]
+
+
+async def cell_when_free(s: ClientSession, arguments: dict) -> dict:
+    """A cell, retried while the session still finishes an interrupted one."""
+    end = time.monotonic() + 10
+    while True:
+        r = await call(s, arguments)
+        if "running another cell" not in text_of(r) or time.monotonic() > end:
+            return r
+        await anyio.sleep(0.1)
+
+
+async def sessions_session() -> None:
+    """A session through the SDK: open with `x = 1`, cells that keep state and return the
+    last expression's value, an exception and a timeout that keep it, a cancel that
+    interrupts the cell, ids bound to this server, close, and the typed expiry."""
+    async with session("--max-calls-per-minute", "0") as s:
+        tool = await list_and_validate(s)
+        r = await call(s, {"code": "x = 1", "session_id": "new"})
+        sc = tool.valid(r)
+        check(r.get("isError") is False and sc["reason"] == "ok", "opening a session runs its first cell", r)
+        ss = sc["session"]
+        sid = ss["session_id"]
+        check(sid.startswith("mcp_") and len(sid) == 36, "the id is this server's alias (mcp_ + 128 bits)", ss)
+        check(ss["opened"] is True and ss["cell"] == 1 and ss["value"] is None and ss["state_kept"] is True,
+              "cell 1 of a new session, a statement has no value", ss)
+        check(500 < ss["expires_in_seconds"] <= 600, "expires in the default idle TTL", ss)
+        check(abs(expiry_of(ss) - (time.time() + ss["expires_in_seconds"])) < 5, "expires_at agrees", ss)
+        check("vs_" not in json.dumps(r), "the daemon's handle is not shown", r)
+        check(await listed(s, tool) == [sid], "list_sessions shows the session by its id", sid)
+
+        for n, code, value, out in [
+            (2, "x += 1\nprint('x is', x)\nx * 10", "20", "x is 2\n"),
+            (3, "import math\ny = math.sqrt(16)\ny", "4.0", ""),
+            (4, "x, y", "(2, 4.0)", ""),
+        ]:
+            r = await call(s, {"code": code, "session_id": sid})
+            sc = tool.valid(r)
+            ss = sc["session"]
+            check(r.get("isError") is False and ss["cell"] == n and ss["value"] == value and ss["opened"] is False,
+                  f"cell {n}: the state persists and the value comes back", r)
+            check(sc["stdout"]["text"] == out, f"cell {n}'s stdout", sc["stdout"])
+            check(json.loads(text_of(r))["session"]["value"] == value, f"cell {n}'s value is in the text too", text_of(r))
+        ok("session: opened with x = 1, three cells keep the state and return their values")
+
+        r = await call(s, {"code": "def f():\n    1/0\nf()", "session_id": sid})
+        sc = tool.valid(r)
+        e = sc["session"]["exception"]
+        check(r.get("isError") is True and sc["reason"] == "error" and e["type"] == "ZeroDivisionError",
+              "an exception in a cell is a tool error with its type", r)
+        check("Traceback" in e["traceback"] and "ZeroDivisionError" in e["traceback"], "the traceback", e)
+        first = text_of(r)
+        check("ZeroDivisionError" in first and "Traceback" in first and "state are kept" in first,
+              "the text says what was raised and that the state is kept", first)
+        r = await call(s, {"code": "x", "session_id": sid})
+        check(tool.valid(r)["session"]["value"] == "2", "the state survives the exception", r)
+        ok("session: an exception is isError with the traceback; the state is kept")
+
+        r = await call(s, {"code": "import time\nwhile True:\n    time.sleep(0.05)", "session_id": sid, "timeout_seconds": 1})
+        sc = tool.valid(r)
+        check(r.get("isError") is True and sc["reason"] == "timeout" and sc["session"]["state_kept"] is True,
+              "a cell past its timeout is interrupted, the state kept", r)
+        check("state are kept" in text_of(r), "the text says the state is kept", text_of(r))
+        r = await cell_when_free(s, {"code": "x", "session_id": sid})
+        check(tool.valid(r)["session"]["value"] == "2", "the state survives the timeout", r)
+        ok("session: a timed-out cell is interrupted and the state is kept")
+
+        running = anyio.Event()
+
+        async def on_running(progress: float, total: float | None, message: str | None) -> None:
+            if message and "napping" in message:
+                running.set()
+
+        scope = anyio.CancelScope()
+        async with anyio.create_task_group() as tg:
+
+            async def long_cell() -> None:
+                with scope:
+                    await call(s, {"code": "print('napping', flush=True)\nimport time\ntime.sleep(60)", "session_id": sid},
+                               progress_callback=on_running)
+
+            tg.start_soon(long_cell)
+            with anyio.fail_after(15):
+                await running.wait()
+            scope.cancel()
+        r = await cell_when_free(s, {"code": "x", "session_id": sid})
+        check(r.get("isError") is False and tool.valid(r)["session"]["value"] == "2", "the session survives a cancel", r)
+        ok("session: a cancelled call interrupts its cell; the session and its state survive")
+
+        async with session() as other:
+            r = await call(other, {"code": "x", "session_id": sid})
+            check(r.get("isError") is True and "no such session" in text_of(r), "another server instance does not know the id", r)
+            r = dump(await other.call_tool("close_session", {"session_id": sid}))
+            check(r.get("isError") is True and "no such session" in text_of(r), "nor can it close the session", r)
+        r = await call(s, {"code": "x", "session_id": sid})
+        check(tool.valid(r)["session"]["value"] == "2", "the session is untouched by the other instance", r)
+        r = await call(s, {"code": "x", "session_id": "mcp_" + "0" * 32})
+        check(r.get("isError") is True and "no such session" in text_of(r), "an id never minted", r)
+        r = await call(s, {"code": "x", "session_id": "bogus"})
+        check(r.get("isError") is True and 'must be "new"' in text_of(r), "a malformed id", r)
+        ok("session ids are bound to the server instance that minted them")
+
+        r = await close(s, tool, sid)
+        sc = r["structuredContent"]
+        check(r.get("isError") is False and sc["closed_now"] is True and sc["reason"] == "closed" and sc["cells"] >= 8,
+              "close_session ends it and reports its cells", r)
+        r = await call(s, {"code": "x", "session_id": sid})
+        t = text_of(r)
+        check(r.get("isError") is True and "was closed" in t and "state is gone" in t and 'session_id: "new"' in t,
+              "a closed session's id is a typed error saying how to start again", r)
+        r = await close(s, tool, sid)
+        check(r.get("isError") is False and r["structuredContent"]["closed_now"] is False, "closing twice says it had ended", r)
+        check(await listed(s, tool) == [], "a closed session is not listed", sid)
+        ok("close_session: cells and CPU reported; the id then answers that the session expired")
+
+        r = await call(s, {"code": "z = 3", "session_id": "new", "profile": ARGS.session_ttl_profile})
+        sc = tool.valid(r)
+        check(r.get("isError") is False and sc["session"]["expires_in_seconds"] <= 1, "a session with a 1 s idle TTL", r)
+        short = sc["session"]["session_id"]
+        await anyio.sleep(2.5)
+        r = await call(s, {"code": "z", "session_id": short})
+        t = text_of(r)
+        for needle in ("has expired", "idle", "state is gone", "/work", 'session_id: "new"'):
+            check(r.get("isError") is True and needle in t, f"the idle expiry's text has {needle!r}", r)
+        r = await close(s, tool, short)
+        check(r["structuredContent"]["reason"] == "idle_timeout", "closing an expired session says why it ended", r)
+        ok(f"idle expiry: {t[:120]!r}...")
+
+        if ARGS.viv:
+            handle = subprocess.run([ARGS.viv, "session", "new", "--socket", ARGS.socket],
+                                    check=True, capture_output=True, text=True).stdout.strip()
+            check(handle.startswith("vs_"), "viv session new prints a handle", handle)
+            r = await call(s, {"code": "h = 'handed'\nh", "session_id": handle})
+            sc = tool.valid(r)
+            check(r.get("isError") is False and sc["session"]["value"] == "'handed'"
+                  and sc["session"]["session_id"] == handle, "a daemon handle handed over is used as given", r)
+            r = await close(s, tool, handle)
+            check(r.get("isError") is False and r["structuredContent"]["closed_now"] is True, "and closed", r)
+            ok("handover: a daemon handle (vs_...) passed as session_id works on any instance")
+
+        r = await call(s, {"code": "w = 1", "session_id": "new"})
+        check(r.get("isError") is False, "a session left open", r)
+    # The server closed the session it had left open when its stdin closed.
+    await wait_no_job_processes("after the MCP server exited with a session open")
+    ok("sessions left open are closed when the client goes away; no session process left")
 
 
 async def modern_session() -> None:
@@ -445,7 +628,7 @@ async def no_daemon_session() -> None:
 
 async def list_and_validate_loose(s: ClientSession) -> None:
     tools = (await s.list_tools()).tools
-    check([t.name for t in tools] == ["run_python"], "tool listed without a daemon", tools)
+    check([t.name for t in tools] == ["run_python", "close_session", "list_sessions"], "tools listed without a daemon", tools)
 
 
 def rpc(proc: subprocess.Popen, msg: dict) -> None:
@@ -526,6 +709,7 @@ async def packages_session() -> None:
 
 async def amain() -> None:
     await main_session()
+    await sessions_session()
     if ARGS.packages_profile:
         await packages_session()
     await modern_session()
@@ -570,6 +754,8 @@ def main() -> int:
     p.add_argument("--daemon-pid", type=int, required=True)
     p.add_argument("--profiles-dir", required=True, help="the daemon's profiles directory (the reload check adds one)")
     p.add_argument("--packages-profile", help="a profile with a wheelhouse: run the packages checks")
+    p.add_argument("--session-ttl-profile", required=True, help="a profile whose sessions have a 1 s idle TTL")
+    p.add_argument("--viv", help="the `viv` CLI: its `viv session new` opens the session handed over")
     ARGS = p.parse_args()
     anyio.run(amain)
     stdin_eof()
