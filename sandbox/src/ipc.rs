@@ -56,17 +56,16 @@ pub enum ToSpawner {
     /// What a job uses now (a session's, between and after cells): answered with
     /// `FromSpawner::Stats` on the job's route.
     Stats { job_id: u64 },
-    /// A session's memory guard: with `bytes` > 0, set cgroup v2 `memory.high` to it
-    /// (v1 has no such knob) and, while `watch`, sample the job's memory often and send
-    /// `FromSpawner::MemoryHigh` when it reaches `bytes` (once per crossing).
+    /// A session's memory guard: with `bytes` > 0, set cgroup v2 `memory.high` to it and,
+    /// while `watch` (a cell runs), stand guard: on v1 the kernel holds the job at
+    /// `bytes` (its limit lowered to it, the OOM killer off, an eventfd on the OOM event);
+    /// on v2 its usage is sampled. Once reached (once per watch): the hold released,
+    /// `FromSpawner::MemoryHigh` sent, then SIGINT to the job's interpreter.
     Guard {
         job_id: u64,
         bytes: u64,
         watch: bool,
     },
-    /// SIGINT to the job's payload (its interpreter), from the spawner: at once, where a
-    /// session's own interrupt path waits for the interpreter's lock.
-    Interrupt { job_id: u64 },
 }
 
 /// What a job's cgroup says it uses now (`ToSpawner::Stats`).

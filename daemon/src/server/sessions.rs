@@ -802,7 +802,7 @@ async fn supervise(
                 Some(Command::Info(reply)) => {
                     let stats = query_stats(&daemon, &mut sb).await;
                     match stats {
-                        Ok(s) => { let _ = reply.send(entry.info(Some(s))); }
+                        Ok((s, _)) => { let _ = reply.send(entry.info(Some(s))); }
                         Err(end) => {
                             let _ = reply.send(entry.info(None));
                             break (end.reason, end.detail);
@@ -954,13 +954,18 @@ impl End {
     }
 }
 
-/// Ask the spawner what the sandbox uses now (its `Finished` instead means it is gone).
-async fn query_stats(daemon: &Daemon, sb: &mut Sandbox) -> Result<LiveStats, End> {
+/// Ask the spawner what the sandbox uses now (its `Finished` instead means it is gone),
+/// and whether it said, before answering, that the memory guard was reached (it tells
+/// that before it sends the SIGINT, so a cell interrupted by the guard is known as such
+/// here, whichever of its result and that message the supervisor read first).
+async fn query_stats(daemon: &Daemon, sb: &mut Sandbox) -> Result<(LiveStats, bool), End> {
     daemon.spawner.stats(sb.job_id).await;
+    let mut guarded = false;
     let wait = async {
         loop {
             match sb.events.recv().await {
-                Some(FromSpawner::Stats { stats, .. }) => return Ok(stats),
+                Some(FromSpawner::Stats { stats, .. }) => return Ok((stats, guarded)),
+                Some(FromSpawner::MemoryHigh { .. }) => guarded = true,
                 Some(FromSpawner::Finished { report, .. }) => {
                     let (reason, detail) = ended_by(&report);
                     return Err(End::new(reason, detail));
@@ -1117,13 +1122,10 @@ async fn run_cell(
             },
             msg = sb.events.recv() => match msg {
                 Some(FromSpawner::MemoryHigh { .. }) if guard => {
-                    // SIGINT from the spawner, not over the link: the link's reader thread
-                    // would wait for the interpreter's lock (up to its 5 ms switch
-                    // interval), which a fast allocator on cgroup v1, with no memory.high
-                    // to slow it down, turns into tens of MiB.
-                    if interrupt(Stop::MemoryGuard, &mut stop, &mut grace) {
-                        daemon.spawner.interrupt(sb.job_id).await;
-                    }
+                    // The spawner has sent the interpreter SIGINT itself, at once: the
+                    // link's reader thread would first wait for the interpreter's lock
+                    // (up to its 5 ms switch interval).
+                    interrupt(Stop::MemoryGuard, &mut stop, &mut grace);
                 }
                 Some(FromSpawner::Finished { report, .. }) => {
                     let (r, d) = ended_by(&report);
@@ -1187,7 +1189,12 @@ async fn run_cell(
     drain(&mut sb.stderr, &mut err_buf, &mut err, &sock, cap, false).await;
     let wall_ms = ms(started.elapsed());
     let usage = match query_stats(daemon, sb).await {
-        Ok(u) => u,
+        Ok((u, guarded)) => {
+            if guard && guarded && stop.is_none() {
+                stop = Some(Stop::MemoryGuard);
+            }
+            u
+        }
         Err(end) => return Err(end_in_cell(daemon, entry, sb, reply, cell_no, started, end).await),
     };
     let status = match res.status {

@@ -202,14 +202,6 @@ impl SpawnerClient {
             .await;
     }
 
-    /// SIGINT to a job's interpreter (`ToSpawner::Interrupt`).
-    pub async fn interrupt(&self, job_id: u64) {
-        let _ = self
-            .sock
-            .send(&ipc::encode(&ToSpawner::Interrupt { job_id }))
-            .await;
-    }
-
     /// Set a session's memory guard (`ToSpawner::Guard`).
     pub async fn guard(&self, job_id: u64, bytes: u64, watch: bool) {
         let msg = ToSpawner::Guard {

@@ -74,11 +74,47 @@ struct Job {
     guard: Guard,
 }
 
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default)]
 struct Guard {
     bytes: u64,
     watch: bool,
     tripped: bool,
+    /// cgroup v1, while watched: the job's memory held at `bytes` (`JobCgroup::hold_memory`):
+    /// the eventfd the kernel signals when a task waits there, and the limit to restore.
+    hold: Option<(OwnedFd, u64)>,
+}
+
+impl Guard {
+    /// Put back a v1 hold's limit (a task waiting at the guard goes on).
+    fn release(&mut self, cg: Option<&JobCgroup>, job_id: u64) {
+        if let (Some((_, limit)), Some(cg)) = (self.hold.take(), cg) {
+            if let Err(e) = cg.release_memory(limit) {
+                log::log_warn!(
+                    "job {job_id}: releasing its memory guard: {}",
+                    error_chain(&e)
+                );
+            }
+        }
+    }
+}
+
+/// A watched job reached its memory guard: SIGINT to its interpreter at once (not over
+/// the session's link, whose reader thread would first wait for the interpreter's lock),
+/// the server told first (it asks for the job's stats over this same link before it
+/// classifies the cell's end, so it knows why the cell was interrupted).
+fn guard_reached(job: &mut Job, memory_bytes: u64, link: &OwnedFd) {
+    job.guard.tripped = true;
+    job.guard.release(job.cgroup.as_ref(), job.id);
+    let _ = send_msg(
+        link,
+        &FromSpawner::MemoryHigh {
+            job_id: job.id,
+            memory_bytes,
+        },
+    );
+    if let Err(e) = interrupt_payload(job.pid) {
+        log::log_warn!("job {}: SIGINT at its memory guard: {e}", job.id);
+    }
 }
 
 struct Spawner {
@@ -535,11 +571,10 @@ impl Spawner {
             {
                 timeout = timeout.min(CPU_SAMPLE);
             }
-            if self
-                .jobs
-                .iter()
-                .any(|j| j.guard.watch && j.cgroup.is_some())
-            {
+            let sampled = |j: &Job| {
+                j.guard.watch && !j.guard.tripped && j.guard.hold.is_none() && j.cgroup.is_some()
+            };
+            if self.jobs.iter().any(sampled) {
                 timeout = timeout.min(GUARD_SAMPLE);
             }
             let mut fds = vec![PollFd::new(self.link.as_fd(), PollFlags::POLLIN)];
@@ -550,6 +585,11 @@ impl Spawner {
             let zygote_ids: Vec<u64> = self.zygotes.list.iter().map(|z| z.job_id).collect();
             for z in &self.zygotes.list {
                 fds.push(PollFd::new(z.ctl.as_fd(), PollFlags::POLLIN));
+            }
+            // Last, and only to wake up: a held guard's eventfd is read by
+            // `enforce_deadlines`, which runs after every poll.
+            for (efd, _) in self.jobs.iter().filter_map(|j| j.guard.hold.as_ref()) {
+                fds.push(PollFd::new(efd.as_fd(), PollFlags::POLLIN));
             }
             let ms = timeout.as_millis().min(60_000) as u16;
             match poll(&mut fds, PollTimeout::from(ms.max(1))) {
@@ -660,13 +700,6 @@ impl Spawner {
                 return false;
             }
             ToSpawner::ZygotesStale => self.zygotes_stale(),
-            ToSpawner::Interrupt { job_id } => {
-                if let Some(job) = self.jobs.iter().find(|j| j.id == job_id && !j.reported) {
-                    if let Err(e) = interrupt_payload(job.pid) {
-                        log::log_warn!("job {job_id}: SIGINT to its interpreter: {e}");
-                    }
-                }
-            }
             ToSpawner::Stats { job_id } => {
                 let stats = self
                     .jobs
@@ -682,17 +715,31 @@ impl Spawner {
                 watch,
             } => {
                 if let Some(job) = self.jobs.iter_mut().find(|j| j.id == job_id) {
+                    job.guard.release(job.cgroup.as_ref(), job_id);
+                    let mut hold = None;
                     if let Some(cg) = &job.cgroup {
                         if bytes > 0 && job.guard.bytes != bytes {
                             if let Err(e) = cg.set_memory_high(Some(bytes)) {
                                 log::log_warn!("job {job_id}: memory.high: {}", error_chain(&e));
                             }
                         }
+                        if watch && bytes > 0 {
+                            // v1: held at the guard by the kernel (v2 has memory.high,
+                            // and the sampling below); if that fails, sampling alone.
+                            hold = cg.hold_memory(bytes).unwrap_or_else(|e| {
+                                log::log_warn!(
+                                    "job {job_id}: holding memory at its guard: {}; sampling only",
+                                    error_chain(&e)
+                                );
+                                None
+                            });
+                        }
                     }
                     job.guard = Guard {
                         bytes,
                         watch: watch && bytes > 0,
                         tripped: false,
+                        hold,
                     };
                 }
             }
@@ -734,21 +781,14 @@ impl Spawner {
                 kill(job, KillCause::Timeout);
                 continue;
             }
-            if job.guard.watch {
-                if let Some(cg) = &job.cgroup {
-                    let now = cg.memory_bytes().unwrap_or(0);
-                    if now >= job.guard.bytes && !job.guard.tripped {
-                        job.guard.tripped = true;
-                        let _ = send_msg(
-                            &self.link,
-                            &FromSpawner::MemoryHigh {
-                                job_id: job.id,
-                                memory_bytes: now,
-                            },
-                        );
-                    } else if now < job.guard.bytes / 8 * 7 {
-                        job.guard.tripped = false;
-                    }
+            if job.guard.watch && !job.guard.tripped {
+                let now = job.cgroup.as_ref().map(|cg| cg.memory_bytes().unwrap_or(0));
+                let held = job.guard.hold.as_ref().is_some_and(|(efd, _)| {
+                    let mut count = [0u8; 8];
+                    nix::unistd::read(efd, &mut count).is_ok()
+                });
+                if let Some(now) = now.filter(|n| held || *n >= job.guard.bytes) {
+                    guard_reached(job, now, &self.link);
                 }
             }
             if job.cpu_limit_ns > 0 {

@@ -28,7 +28,7 @@ mod fixture;
 mod kernel_tests;
 
 use std::fmt;
-use std::os::fd::BorrowedFd;
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
@@ -392,6 +392,24 @@ impl JobCgroup {
         match &self.backend {
             JobBackend::V1(_) => Ok(false),
             JobBackend::V2(j) => j.set_memory_high(bytes).map(|()| true),
+        }
+    }
+
+    /// Hold the job's memory at `bytes` (cgroup v1's stand-in for `memory.high`, see
+    /// `v1::Job::hold_memory`): an eventfd readable once a task is held there, and the
+    /// limit to restore. `None` on v2, which has `memory.high` itself.
+    pub fn hold_memory(&self, bytes: u64) -> Result<Option<(OwnedFd, u64)>, CgroupError> {
+        match &self.backend {
+            JobBackend::V1(j) => j.hold_memory(bytes).map(Some),
+            JobBackend::V2(_) => Ok(None),
+        }
+    }
+
+    /// Undo [`JobCgroup::hold_memory`], with the limit it returned.
+    pub fn release_memory(&self, limit: u64) -> Result<(), CgroupError> {
+        match &self.backend {
+            JobBackend::V1(j) => j.release_memory(limit),
+            JobBackend::V2(_) => Ok(()),
         }
     }
 

@@ -300,6 +300,45 @@ impl Job {
         self.counters = files::Counters::open(files);
     }
 
+    /// cgroup v1's stand-in for `memory.high` (a session's memory guard): the limit
+    /// lowered to `bytes` with the cgroup's OOM killer off, so that a task reaching it
+    /// waits in the kernel instead of dying, and an eventfd the kernel signals when one
+    /// does (`cgroup.event_control` on `memory.oom_control`). Returns the eventfd and the
+    /// limit it replaced ([`Job::release_memory`] puts it back).
+    pub(super) fn hold_memory(&self, bytes: u64) -> Result<(OwnedFd, u64), CgroupError> {
+        use nix::sys::eventfd::{EfdFlags, EventFd};
+        use std::os::fd::{AsFd, AsRawFd};
+        let mem = &self.bases[self.memory];
+        let dir = &self.dirs[self.memory];
+        let limit = self.counters.read_u64(&dir.join("memory.limit_in_bytes"))?;
+        let io = |file: &str, e: nix::Error| CgroupError::Read {
+            path: dir.join(file),
+            source: e.into(),
+        };
+        let efd = EventFd::from_value_and_flags(0, EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)
+            .map_err(|e| io("eventfd", e))?;
+        let oom = mem
+            .open_file(&self.rel("memory.oom_control"), OFlag::O_RDONLY)
+            .map_err(|e| io("memory.oom_control", e))?;
+        let event = format!("{} {}", efd.as_fd().as_raw_fd(), oom.as_raw_fd());
+        mem.write(&self.rel("cgroup.event_control"), &event)?;
+        mem.write(&self.rel("memory.oom_control"), "1")?;
+        if let Err(e) = mem.write(&self.rel("memory.limit_in_bytes"), &bytes.to_string()) {
+            // (Usage above `bytes` already: EBUSY. No hold, the OOM killer back on.)
+            let _ = mem.write(&self.rel("memory.oom_control"), "0");
+            return Err(e);
+        }
+        Ok((OwnedFd::from(efd), limit))
+    }
+
+    /// Undo [`Job::hold_memory`]: the limit back to `limit` (a task held at the guard
+    /// goes on), then the OOM killer on.
+    pub(super) fn release_memory(&self, limit: u64) -> Result<(), CgroupError> {
+        let mem = &self.bases[self.memory];
+        mem.write(&self.rel("memory.limit_in_bytes"), &limit.to_string())?;
+        mem.write(&self.rel("memory.oom_control"), "0")
+    }
+
     pub(super) fn memory_bytes(&self) -> Result<u64, CgroupError> {
         self.counters
             .read_u64(&self.dirs[self.memory].join("memory.usage_in_bytes"))
