@@ -127,11 +127,23 @@ impl PackageAsk {
     }
 }
 
+/// What a connection's code is for: a job, or a session's cell.
+enum Submission {
+    Job(JobSpec, PackageAsk),
+    Cell(vivarium_proto::ExecCell),
+}
+
+impl Submission {
+    fn code(&self) -> &Code {
+        match self {
+            Submission::Job(spec, _) => &spec.code,
+            Submission::Cell(cell) => &cell.code,
+        }
+    }
+}
+
 struct Receiving {
-    spec: JobSpec,
-    ask: PackageAsk,
-    /// A cell's code arriving (else a job's).
-    cell: Option<vivarium_proto::ExecCell>,
+    what: Submission,
     code: Vec<u8>,
     len: usize,
     /// Cancelled before the code was complete: the rest is read and dropped.
@@ -489,8 +501,8 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket, peer: Peer) {
                 )
                 .await;
             }
-            (submit @ (Request::Submit(_) | Request::SubmitWith(_)), Some(v)) => {
-                let (spec, ask) = match submit {
+            (req @ (Request::Submit(_) | Request::SubmitWith(_)), Some(v)) => {
+                let (spec, ask) = match req {
                     Request::SubmitWith(w) => (
                         w.spec,
                         PackageAsk {
@@ -509,57 +521,9 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket, peer: Peer) {
                     ),
                     _ => unreachable!("matched above"),
                 };
-                if let Some(r) = running.take_if(|r| r.over.load(Ordering::SeqCst)) {
-                    let _ = r.done.await;
-                }
-                if running.is_some() || receiving.is_some() {
-                    send_error(
-                        &sock,
-                        ErrorCode::UnexpectedMessage,
-                        "a job is already running on this connection",
-                    )
-                    .await;
-                    continue;
-                }
-                match spec.code {
-                    Code::Inline(ref code) => {
-                        let code = code.clone();
-                        let Some(permit) = code_permit(&daemon, code.len()) else {
-                            let why = code_budget_full(&daemon, code.len());
-                            send_error(&sock, ErrorCode::Busy, why).await;
-                            continue;
-                        };
-                        running =
-                            start(&daemon, &sock, &peer, v, spec, Script { code, permit }, ask)
-                                .await;
-                    }
-                    Code::Chunked { len } => {
-                        let max_code_bytes = daemon.live().config.max_code_bytes;
-                        if len > max_code_bytes {
-                            // The chunks already on their way cannot be told apart from
-                            // the next request: refuse and close.
-                            send_error(
-                                &sock,
-                                ErrorCode::CodeTooLarge,
-                                format!(
-                                    "code of {len} bytes exceeds the {max_code_bytes}-byte limit"
-                                ),
-                            )
-                            .await;
-                            break;
-                        }
-                        receiving = Some(Receiving {
-                            spec,
-                            ask,
-                            cell: None,
-                            code: Vec::new(),
-                            len: len as usize,
-                            cancelled: false,
-                            refused: false,
-                            got: 0,
-                            permit: None,
-                        });
-                    }
+                let what = Submission::Job(spec, ask);
+                if !submit(&daemon, &sock, &peer, v, what, &mut running, &mut receiving).await {
+                    break;
                 }
             }
             (Request::CodeChunk(chunk), Some(v)) => {
@@ -595,7 +559,7 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket, peer: Peer) {
                 }
                 if r.got == r.len && r.refused {
                     // Its `Busy` was the answer.
-                } else if r.got == r.len && r.cancelled && r.cell.is_some() {
+                } else if r.got == r.len && r.cancelled && matches!(r.what, Submission::Cell(_)) {
                     // A cell that never reached its session: nothing ran, nothing changed.
                     send_error(
                         &sock,
@@ -607,7 +571,10 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket, peer: Peer) {
                     let job_id = daemon.next_job.fetch_add(1, Ordering::Relaxed);
                     let outcome = super::outcome::not_started(
                         job_id,
-                        &r.spec.profile,
+                        match &r.what {
+                            Submission::Job(spec, _) => &spec.profile,
+                            Submission::Cell(_) => "",
+                        },
                         vivarium_proto::Reason::Cancelled,
                         "cancelled before the code was complete",
                     );
@@ -620,14 +587,8 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket, peer: Peer) {
                                 code: r.code,
                                 permit: p,
                             };
-                            running = match r.cell {
-                                Some(cell) => {
-                                    start_cell(&daemon, &sock, &peer, v, cell, script).await
-                                }
-                                None => {
-                                    start(&daemon, &sock, &peer, v, r.spec, script, r.ask).await
-                                }
-                            };
+                            running =
+                                start_submission(&daemon, &sock, &peer, v, r.what, script).await;
                         }
                         None => {
                             let why = code_budget_full(&daemon, 0);
@@ -698,65 +659,9 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket, peer: Peer) {
                 super::sessions::list(&daemon, &sock, peer.uid).await;
             }
             (Request::ExecCell(cell), Some(v)) => {
-                if let Some(r) = running.take_if(|r| r.over.load(Ordering::SeqCst)) {
-                    let _ = r.done.await;
-                }
-                if running.is_some() || receiving.is_some() {
-                    send_error(
-                        &sock,
-                        ErrorCode::UnexpectedMessage,
-                        "a job or cell is already running on this connection",
-                    )
-                    .await;
-                    continue;
-                }
-                let cell = *cell;
-                match cell.code {
-                    Code::Inline(ref code) => {
-                        let code = code.clone();
-                        let Some(permit) = code_permit(&daemon, code.len()) else {
-                            let why = code_budget_full(&daemon, code.len());
-                            send_error(&sock, ErrorCode::Busy, why).await;
-                            continue;
-                        };
-                        running =
-                            start_cell(&daemon, &sock, &peer, v, cell, Script { code, permit })
-                                .await;
-                    }
-                    Code::Chunked { len } => {
-                        let max_code_bytes = daemon.live().config.max_code_bytes;
-                        if len > max_code_bytes {
-                            send_error(
-                                &sock,
-                                ErrorCode::CodeTooLarge,
-                                format!(
-                                    "code of {len} bytes exceeds the {max_code_bytes}-byte limit"
-                                ),
-                            )
-                            .await;
-                            break;
-                        }
-                        receiving = Some(Receiving {
-                            spec: JobSpec {
-                                profile: String::new(),
-                                code: Code::Chunked { len },
-                                args: Vec::new(),
-                                stdin: cell.stdin,
-                                limits: Default::default(),
-                            },
-                            ask: PackageAsk {
-                                explicit: Vec::new(),
-                                inline: false,
-                            },
-                            cell: Some(cell),
-                            code: Vec::new(),
-                            len: len as usize,
-                            cancelled: false,
-                            refused: false,
-                            got: 0,
-                            permit: None,
-                        });
-                    }
+                let what = Submission::Cell(*cell);
+                if !submit(&daemon, &sock, &peer, v, what, &mut running, &mut receiving).await {
+                    break;
                 }
             }
             (Request::Cancel, Some(_)) => {
@@ -773,6 +678,73 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket, peer: Peer) {
     if let Some(r) = running {
         r.cancel.notify_one();
         let _ = r.done.await;
+    }
+}
+
+/// A complete `Submit`/`SubmitWith`/`ExecCell`: refused if a job or cell runs on the
+/// connection; started now if its code is inline, else its code is awaited in
+/// `CodeChunk` frames. False: the connection must close (chunks announced past the limit
+/// cannot be told apart from the next request).
+async fn submit(
+    daemon: &Arc<Daemon>,
+    sock: &Arc<UnixSeqpacket>,
+    peer: &Peer,
+    version: u32,
+    what: Submission,
+    running: &mut Option<Running>,
+    receiving: &mut Option<Receiving>,
+) -> bool {
+    if let Some(r) = running.take_if(|r| r.over.load(Ordering::SeqCst)) {
+        let _ = r.done.await;
+    }
+    if running.is_some() || receiving.is_some() {
+        let msg = "a job or cell is already running on this connection";
+        send_error(sock, ErrorCode::UnexpectedMessage, msg).await;
+        return true;
+    }
+    match what.code() {
+        Code::Inline(code) => {
+            let code = code.clone();
+            let Some(permit) = code_permit(daemon, code.len()) else {
+                let why = code_budget_full(daemon, code.len());
+                send_error(sock, ErrorCode::Busy, why).await;
+                return true;
+            };
+            let script = Script { code, permit };
+            *running = start_submission(daemon, sock, peer, version, what, script).await;
+        }
+        &Code::Chunked { len } => {
+            let max_code_bytes = daemon.live().config.max_code_bytes;
+            if len > max_code_bytes {
+                let msg = format!("code of {len} bytes exceeds the {max_code_bytes}-byte limit");
+                send_error(sock, ErrorCode::CodeTooLarge, msg).await;
+                return false;
+            }
+            *receiving = Some(Receiving {
+                what,
+                code: Vec::new(),
+                len: len as usize,
+                cancelled: false,
+                refused: false,
+                got: 0,
+                permit: None,
+            });
+        }
+    }
+    true
+}
+
+async fn start_submission(
+    daemon: &Arc<Daemon>,
+    sock: &Arc<UnixSeqpacket>,
+    peer: &Peer,
+    version: u32,
+    what: Submission,
+    script: Script,
+) -> Option<Running> {
+    match what {
+        Submission::Job(spec, ask) => start(daemon, sock, peer, version, spec, script, ask).await,
+        Submission::Cell(cell) => start_cell(daemon, sock, peer, version, cell, script).await,
     }
 }
 

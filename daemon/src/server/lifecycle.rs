@@ -294,9 +294,12 @@ async fn wait_for_stop(daemon: &Arc<Daemon>, signals: &mut Signals, opts: &RunOp
     let mut tick = tokio::time::interval(Duration::from_millis(200));
     loop {
         tokio::select! {
+            // In this order: a spawner that died before a stop signal came is why the
+            // daemon stops (non-zero), even when both are seen in the same poll.
+            biased;
+            () = gone.notified() => return Stop::SpawnerGone,
             _ = signals.term.recv() => return Stop::Signal,
             _ = signals.int.recv() => return Stop::Signal,
-            () = gone.notified() => return Stop::SpawnerGone,
             _ = signals.hup.recv() => {
                 if reload(daemon, &opts.source) {
                     // Every profile is a new activation: the zygotes of the old ones end
