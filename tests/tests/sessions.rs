@@ -959,6 +959,23 @@ async fn the_viv_session_commands_drive_a_real_session() {
         "{}",
         vivarium_e2e::describe_output(&late)
     );
+    // `viv repl` over a pipe: one session for the whole input, a block, the values.
+    let repl = d.viv(
+        &["repl"],
+        b"def f(n):\n    return n * 2\n\nx = f(20)\nx + 2\nimport sys; sys.exit(3)\nx\n",
+    );
+    let shown = vivarium_e2e::describe_output(&repl);
+    assert!(repl.status.success(), "{shown}");
+    assert!(text(&repl.stdout).contains("42"), "{shown}");
+    assert!(text(&repl.stdout).contains("40"), "{shown}");
+    assert!(text(&repl.stderr).contains("SystemExit"), "{shown}");
+    let ls = d.viv(&["session", "ls", "--json"], b"");
+    assert_eq!(
+        text(&ls.stdout),
+        "[]",
+        "the repl's session outlived it: {}",
+        vivarium_e2e::describe_output(&ls)
+    );
 }
 
 /// A profile's `warm.preload` modules are imported in its ready session sandboxes before
