@@ -31,8 +31,13 @@ def _vivarium_session():
 
     # The C halves of ast, socket and json: what the loop uses of them, without the
     # pure-Python modules' imports (enum, contextlib, re...), about 10 ms of start-up.
-    import _ast, _json, _queue, _socket, _thread, builtins, fcntl, io, linecache, signal
-    import threading, tokenize, traceback
+    import _ast, _json, _queue, _signal, _socket, _thread, builtins, fcntl, io, linecache
+    import tokenize
+
+    # Not `signal` (its enums, ~1 MiB of an idle session's private memory: `_signal` has
+    # everything used here), nor `threading` (~1 MiB more: the reader thread is a
+    # `_thread` one), nor `traceback` until a cell first raises.
+    signal = _signal
 
     # Warm-up: the first compile() initializes the AST types (see warm_bootstrap.py).
     compile("pass", "<vivarium>", "exec")
@@ -45,8 +50,14 @@ def _vivarium_session():
         signal.default_int_handler, signal.SIGINT, signal.pthread_kill)
     open_, BaseException_, KeyboardInterrupt_ = io.open, BaseException, KeyboardInterrupt
     register_source = linecache.cache.__setitem__
-    format_exception = traceback.format_exception
-    format_exception_only = traceback.format_exception_only
+    def format_exception(*args):
+        import traceback
+        return traceback.format_exception(*args)
+
+    def format_exception_only(*args):
+        import traceback
+        return traceback.format_exception_only(*args)
+
     encode_string = _json.encode_basestring
     sys_ = sys
     byteorder = sys.byteorder  # of the ints in SCM_RIGHTS
@@ -99,7 +110,7 @@ def _vivarium_session():
     # current: the cell running; queued: the cell handed to the main thread, not yet
     # started; early: an interrupt for the queued cell, delivered when it starts.
     state = {"current": None, "queued": None, "early": None}
-    main_ident = threading.get_ident()
+    main_ident = _thread.get_ident()
     sources = {}  # filename -> linecache entry, re-registered if a cell clears linecache
     loop_box = []  # the asyncio loop of top-level `await`, made on first use
 
@@ -390,7 +401,7 @@ def _vivarium_session():
             with lock:
                 state["current"] = None
 
-    threading.Thread(target=reader, name="vivarium-cells", daemon=True).start()
+    _thread.start_new_thread(reader, ())
     user_handler = quiet()
     os.write(2, b"\0")  # ready: the daemon reads this byte before anything else
 
