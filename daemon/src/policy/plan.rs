@@ -393,7 +393,11 @@ pub fn build_session(
         .iter()
         .position(|a| a == vivarium_sandbox::plan::WARM_BOOTSTRAP)
         .expect("a warm plan runs the warm bootstrap");
-    plan.argv[program] = vivarium_sandbox::plan::SESSION_BOOTSTRAP.into();
+    // `-c WARM_BOOTSTRAP` becomes the session bootstrap's `-c STUB PART... --`.
+    plan.argv.splice(
+        program - 1..=program,
+        vivarium_sandbox::plan::session_program(),
+    );
     plan
 }
 

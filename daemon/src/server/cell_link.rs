@@ -309,7 +309,7 @@ mod tests {
     use std::process::{Child, ChildStdout, Command, Stdio};
     use std::time::Duration;
     use tokio::time::timeout;
-    use vivarium_sandbox::plan::SESSION_BOOTSTRAP;
+    use vivarium_sandbox::plan::session_program;
 
     /// A hang guard only: no test relies on anything being fast.
     const GUARD: Duration = Duration::from_secs(60);
@@ -333,7 +333,7 @@ mod tests {
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).expect("pipe")
     }
 
-    /// `/usr/bin/python3 -I -S -c SESSION_BOOTSTRAP`, as a sandbox runs it, once it has
+    /// `/usr/bin/python3 -I -S -c STUB PART... --`, as a sandbox runs it, once it has
     /// written its ready byte.
     async fn start() -> Session {
         start_with(&["-I", "-S"], &[]).await
@@ -344,7 +344,7 @@ mod tests {
         let cwd = tempfile::tempdir().expect("tempdir");
         let mut child = Command::new("/usr/bin/python3")
             .args(flags)
-            .args(["-c", SESSION_BOOTSTRAP])
+            .args(session_program())
             .args(preload)
             .stdin(Stdio::from(theirs))
             .stdout(Stdio::piped())
@@ -637,6 +637,71 @@ mod tests {
         assert!(
             exception(&r).2.contains("raise ValueError('boom')"),
             "{r:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn cell_sources_are_in_linecache_from_its_first_import() {
+        let mut s = start().await;
+        // An idle session has imported neither linecache nor tokenize (their ~1 MiB).
+        assert_eq!(
+            s.value("import sys\nsorted({'linecache', 'tokenize', 're'} & set(sys.modules))")
+                .await
+                .as_deref(),
+            Some("[]")
+        );
+        s.value("def f(a):\n    return a + 1").await;
+        // inspect (and linecache) imported for the first time in the cell that asks.
+        assert_eq!(
+            s.value("import inspect\ninspect.getsource(f)")
+                .await
+                .as_deref(),
+            Some("'def f(a):\\n    return a + 1\\n'")
+        );
+        // A traceback printed by the cell's own code shows the cell's lines.
+        let r = s
+            .run("import io, traceback\nb = io.StringIO()\ntry:\n    f(None)\nexcept TypeError:\n    traceback.print_exc(file=b)\nb.getvalue()")
+            .await;
+        let tb = r.value.expect("a value");
+        assert!(tb.contains("f(None)"), "{tb}");
+        assert!(tb.contains("return a + 1"), "{tb}");
+        // Even when the cell cleared linecache's cache.
+        let r = s
+            .run("import linecache\nlinecache.clearcache()\nf(None)")
+            .await;
+        let tb = exception(&r).2;
+        assert!(tb.contains("return a + 1"), "{tb}");
+        assert!(
+            !tb.contains("<vivarium session>"),
+            "a bootstrap frame: {tb}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_coding_declaration_decodes_the_cell() {
+        let mut s = start().await;
+        let code = b"# -*- coding: latin-1 -*-\ns = '\xe9t\xe9'\nlen(s), s";
+        let cell = s.next;
+        s.next += 1;
+        let (read, write) = pipe();
+        drop(write);
+        s.link
+            .send_cell(cell, code, read.as_fd())
+            .await
+            .expect("send");
+        let r = s.result().await;
+        assert_eq!(r.value.as_deref(), Some("(3, '\u{e9}t\u{e9}')"), "{r:?}");
+        // A UTF-8 BOM is dropped; without a declaration the cell is UTF-8.
+        assert_eq!(
+            s.value("\u{feff}x = '\u{e9}'\nlen(x)").await.as_deref(),
+            Some("1")
+        );
+        // The word "coding" elsewhere changes nothing.
+        assert_eq!(
+            s.value("coding = 'utf-8'\nlen('\u{e9}t\u{e9}')")
+                .await
+                .as_deref(),
+            Some("3")
         );
     }
 
