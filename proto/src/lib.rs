@@ -10,6 +10,7 @@
 //! - no serde `flatten`, `tag`, `untagged` or `skip_serializing_if` on these types.
 #![forbid(unsafe_code)]
 
+pub mod files;
 mod frame;
 mod types;
 
@@ -52,7 +53,10 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
 /// 6 added sessions (appended): `Request::{OpenSession, ExecCell, InterruptCell,
 /// CloseSession, ListSessions}`, `Event::{SessionOpened, CellFinished, Sessions,
 /// SessionClosed, SessionExpired, SessionAck}` and error codes 23-25.
-pub const PROTOCOL_VERSION: u32 = 6;
+///
+/// 7 added input files (appended): `Request::{SubmitFiles, ExecCellFiles, FileChunk}` and
+/// `ErrorCode::InvalidInputFile`.
+pub const PROTOCOL_VERSION: u32 = 7;
 
 /// The oldest protocol version this build still speaks.
 pub const MIN_PROTOCOL_VERSION: u32 = 1;

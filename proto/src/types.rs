@@ -44,6 +44,47 @@ pub enum Request {
     CloseSession(SessionHandle),
     /// Protocol 6+: the caller's own sessions; answered with [`Event::Sessions`].
     ListSessions,
+    /// Protocol 7+: a job with input files placed under `/work` before its code runs
+    /// (and packages, as `SubmitWith`). Each file's bytes follow in [`Request::FileChunk`]
+    /// frames, in the order of `files`, after any `CodeChunk`s.
+    SubmitFiles(Box<SubmitFiles>),
+    /// Protocol 7+: a cell with input files placed under the session's `/work` before it
+    /// runs (replacing a regular file at the same path); their bytes follow as for
+    /// `SubmitFiles`.
+    ExecCellFiles(Box<ExecCellFiles>),
+    /// Protocol 7+: a piece of the input files' bytes (the files of the last
+    /// `SubmitFiles`/`ExecCellFiles`, one after the other, each `InputFile::len` long).
+    FileChunk(Vec<u8>),
+}
+
+/// One input file (protocol 7+). The daemon refuses the whole job or cell, before any of
+/// it runs, with [`ErrorCode::InvalidInputFile`] naming the file if any rule is broken
+/// (docs/protocol.md, "Input files").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InputFile {
+    /// Relative to `/work`, `/`-separated, UTF-8 (already normalized: no empty, `.` or
+    /// `..` component, no leading `/`, no NUL).
+    pub path: String,
+    /// Permission bits, at most `0o644` (0 means `0o644`).
+    pub mode: u32,
+    /// The file's size; its bytes come in `FileChunk` frames.
+    pub len: u64,
+}
+
+/// A job with input files (protocol 7+).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubmitFiles {
+    pub spec: JobSpec,
+    /// PEP 508 requirement strings, as in [`SubmitWith`].
+    pub packages: Vec<String>,
+    pub files: Vec<InputFile>,
+}
+
+/// A cell with input files (protocol 7+).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecCellFiles {
+    pub cell: ExecCell,
+    pub files: Vec<InputFile>,
 }
 
 /// An opaque session handle, as the daemon made it (`vs_` and 64 hex digits: 128 random
@@ -462,6 +503,9 @@ pub enum ErrorCode {
     SessionBusy,
     /// Protocol 6+: the profile has no sessions (`[session] enabled = false`).
     SessionsDisabled,
+    /// Protocol 7+: an input file breaks a rule (its path, mode, size, or the count or
+    /// total of the files); the message names the file. Nothing of the job ran.
+    InvalidInputFile,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
