@@ -29,6 +29,47 @@ pub struct ProfileFile {
     /// (docs/ARCHITECTURE.md, "Sessions").
     #[serde(default)]
     pub session: SessionSection,
+    /// Input files a job or cell may bring under `/work` (docs/profiles.md, `[files]`).
+    #[serde(default)]
+    pub files: FilesSection,
+}
+
+/// What input files a job or a cell may carry (protocol 7+). Every bound is checked by
+/// the daemon before any of the job runs; a broken one is `InvalidInputFile`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FilesSection {
+    /// Files per job or cell (0: none allowed).
+    #[serde(default = "default_max_input_files")]
+    pub max_input_files: u32,
+    /// Bytes per file.
+    #[serde(default = "default_max_input_file_bytes")]
+    pub max_input_file_bytes: u64,
+    /// Bytes of all files of one job or cell together; below `filesystem.work_size_bytes`
+    /// (the `/work` tmpfs must hold them and the script). Absent: 32 MiB, or half of
+    /// `/work` where that is less ([`Profile::max_input_bytes`]).
+    #[serde(default)]
+    pub max_input_bytes: Option<u64>,
+}
+
+/// The most input files a profile may allow per job (their paths travel in the plan).
+pub const MAX_INPUT_FILES: u32 = 1000;
+
+fn default_max_input_files() -> u32 {
+    100
+}
+fn default_max_input_file_bytes() -> u64 {
+    16 << 20
+}
+
+impl Default for FilesSection {
+    fn default() -> Self {
+        FilesSection {
+            max_input_files: default_max_input_files(),
+            max_input_file_bytes: default_max_input_file_bytes(),
+            max_input_bytes: None,
+        }
+    }
 }
 
 /// A profile's sessions: their lifetimes and limits, which a client may only tighten.
@@ -419,6 +460,58 @@ pub struct LimitError {
 }
 
 impl Profile {
+    /// Bytes that one job's or cell's input files may hold together.
+    pub fn max_input_bytes(&self) -> u64 {
+        let f = &self.file;
+        f.files
+            .max_input_bytes
+            .unwrap_or((32 << 20u64).min(f.filesystem.work_size_bytes / 2))
+    }
+
+    /// Check a job's or cell's input files against the path rules and this profile's
+    /// `[files]` bounds; the message names the file that breaks one (`InvalidInputFile`).
+    pub fn check_input_files(
+        &self,
+        files: &[vivarium_proto::InputFile],
+        script: bool,
+    ) -> Result<(), String> {
+        let f = &self.file.files;
+        if files.len() > f.max_input_files as usize {
+            return Err(format!(
+                "{} input files, and profile {:?} allows at most {} (files.max_input_files)",
+                files.len(),
+                self.name,
+                f.max_input_files
+            ));
+        }
+        vivarium_proto::files::check_input_files(files).map_err(|e| e.to_string())?;
+        let mut total = 0u64;
+        for file in files {
+            if file.len > f.max_input_file_bytes {
+                return Err(format!(
+                    "input file {:?} is {} bytes, and profile {:?} allows at most {} per file (files.max_input_file_bytes)",
+                    file.path, file.len, self.name, f.max_input_file_bytes
+                ));
+            }
+            if script && (file.path == "main.py") {
+                return Err(format!(
+                    "input file {:?}: /work/main.py is the job's script",
+                    file.path
+                ));
+            }
+            total = total.saturating_add(file.len);
+            if total > self.max_input_bytes() {
+                return Err(format!(
+                    "input file {:?} takes the files past {} bytes together, the most profile {:?} allows (files.max_input_bytes)",
+                    file.path,
+                    self.max_input_bytes(),
+                    self.name
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Parse and validate `<dir>/<name>.toml`.
     pub fn load(path: &Path) -> Result<Self, ProfileError> {
         let text = std::fs::read_to_string(path).map_err(|source| ProfileError::Read {
@@ -510,6 +603,25 @@ impl Profile {
                     format!("{} overlaps a path the sandbox builds itself", p.display()),
                 ));
             }
+        }
+        let fs = &file.files;
+        if fs.max_input_files > MAX_INPUT_FILES {
+            return Err(bad(
+                "files.max_input_files",
+                format!("must be at most {MAX_INPUT_FILES}"),
+            ));
+        }
+        if fs
+            .max_input_bytes
+            .is_some_and(|b| b >= file.filesystem.work_size_bytes)
+        {
+            return Err(bad(
+                "files.max_input_bytes",
+                format!(
+                    "must be below filesystem.work_size_bytes ({}): /work holds the files and the script",
+                    file.filesystem.work_size_bytes
+                ),
+            ));
         }
         let ss = &file.session;
         for (field, v) in [

@@ -298,7 +298,22 @@ fn init(
         .map_err(|e| SetupError::io(Step::ReadCode, "memfd".as_ref(), &e))?;
     if !plan.kind.is_zygote() {
         // (A zygote's program is its `-c`; its /work is a read-only empty directory.)
-        mount::write_script(SCRIPT_PATH.as_ref(), &code, owner)?;
+        // The memfd holds the script, then the input files' bytes (a cold job's).
+        let files: u64 = plan.inputs.iter().map(|f| f.len).sum();
+        let split = (code.len() as u64)
+            .checked_sub(files)
+            .ok_or(SetupError::Other {
+                step: Step::InputFile,
+                detail: format!(
+                    "the files need {files} bytes, the code memfd holds {}",
+                    code.len()
+                ),
+            })? as usize;
+        let (script, inputs) = code.split_at(split);
+        mount::write_script(SCRIPT_PATH.as_ref(), script, owner)?;
+        if !plan.inputs.is_empty() {
+            crate::inputs::place("/work".as_ref(), &plan.inputs, inputs, owner)?;
+        }
     }
     drop(code);
     rlimit::apply(&plan.rlimits)?;

@@ -80,6 +80,7 @@ pub mod caps;
 pub mod cgroup;
 mod confine;
 pub mod init;
+pub mod inputs;
 pub mod ipc;
 pub mod landlock;
 pub mod mount;

@@ -275,6 +275,20 @@ pub struct JobPlan {
     pub time_ns: bool,
     /// What the setup applies: [`Layers::FULL`] but in the attack suite.
     pub layers: Layers,
+    /// A cold job's input files, placed under `/work` by init after the script (I13);
+    /// their bytes follow the code in the code memfd, in this order. (A warm sandbox's
+    /// come with its job, on stdin: [`warm_header`].)
+    #[serde(default)]
+    pub inputs: Vec<InputPlan>,
+}
+
+/// One input file of a cold job: its path under `/work` (checked by the server:
+/// relative, normalized, no NUL), its mode (at most 0644) and its size.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InputPlan {
+    pub path: String,
+    pub mode: u32,
+    pub len: u64,
 }
 
 /// What a plan's sandbox is for. One field instead of several flags, so that the
@@ -378,11 +392,18 @@ pub struct ZygoteSeccompWire {
 
 /// The warm sandbox's `-c` program: read one job from stdin (the header of
 /// [`warm_header`]), write it to [`SCRIPT_PATH`], run it as `__main__`.
-pub const WARM_BOOTSTRAP: &str = include_str!("warm_bootstrap.py");
+pub const WARM_BOOTSTRAP: &str = concat!(
+    include_str!("inputs.py"), // (INPUTS_PY: concat! takes literals only)
+    "\n\n",
+    include_str!("warm_bootstrap.py")
+);
 /// The session bootstrap: a cell loop over the control link on fd 0, in one persistent
 /// `__main__` (docs/ARCHITECTURE.md, "Sessions"). It is run in parts, as
 /// [`session_program`] says.
 pub const SESSION_BOOTSTRAP: &str = include_str!("session_bootstrap.py");
+
+/// How the warm bootstrap and the cell loop place input files (`inputs.py`).
+const INPUTS_PY: &str = include_str!("inputs.py");
 
 /// Where [`SESSION_BOOTSTRAP`] is cut into the parts its stub compiles one at a time.
 const SESSION_PART: &str = "\n#: part\n";
@@ -394,22 +415,41 @@ const SESSION_PART: &str = "\n#: part\n";
 pub fn session_program() -> Vec<String> {
     let mut parts = SESSION_BOOTSTRAP.split(SESSION_PART);
     let stub = parts.next().unwrap_or_default();
-    let mut argv = vec!["-c".to_string(), stub.to_string()];
+    // The input files' code (shared with the warm bootstrap) is a part of its own.
+    let mut argv = vec!["-c".to_string(), stub.to_string(), INPUTS_PY.to_string()];
     argv.extend(parts.map(str::to_string));
     argv.push("--".into());
     argv
 }
 
 /// A job as a warm sandbox reads it on stdin, before the job's own stdin: `u32` argc,
-/// each argument as `u32` length + bytes, then `u32` length + the code (little endian).
-pub fn warm_header(args: &[String], code: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(code.len() + 64);
+/// each argument as `u32` length + bytes, then `u32` length + the code, then the input
+/// files ([`input_stream`]: `u32` count, then each file), little endian.
+pub fn warm_header(args: &[String], code: &[u8], files: &[InputPlan], bytes: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(code.len() + bytes.len() + 64);
     out.extend_from_slice(&(args.len() as u32).to_le_bytes());
     for item in args.iter().map(|a| a.as_bytes()).chain([code]) {
         out.extend_from_slice(&(item.len() as u32).to_le_bytes());
         out.extend_from_slice(item);
     }
+    out.extend_from_slice(&(files.len() as u32).to_le_bytes());
+    input_stream(&mut out, files, bytes);
     out
+}
+
+/// Input files as a warm sandbox's bootstrap and a session's cell loop read them
+/// (`inputs.py`): per file `u32` path length, the path, `u32` mode, `u64` length, the
+/// bytes (its share of `bytes`, which holds them one after the other).
+pub fn input_stream(out: &mut Vec<u8>, files: &[InputPlan], mut bytes: &[u8]) {
+    for f in files {
+        let (data, rest) = bytes.split_at((f.len as usize).min(bytes.len()));
+        bytes = rest;
+        out.extend_from_slice(&(f.path.len() as u32).to_le_bytes());
+        out.extend_from_slice(f.path.as_bytes());
+        out.extend_from_slice(&f.mode.to_le_bytes());
+        out.extend_from_slice(&f.len.to_le_bytes());
+        out.extend_from_slice(data);
+    }
 }
 
 #[cfg(test)]
@@ -418,11 +458,31 @@ mod tests {
 
     #[test]
     fn the_warm_header_is_length_prefixed() {
-        let h = warm_header(&["a".into(), "bc".into()], b"print(1)");
+        let h = warm_header(&["a".into(), "bc".into()], b"print(1)", &[], b"");
         let mut want = vec![
             2, 0, 0, 0, 1, 0, 0, 0, b'a', 2, 0, 0, 0, b'b', b'c', 8, 0, 0, 0,
         ];
         want.extend_from_slice(b"print(1)");
+        want.extend_from_slice(&[0, 0, 0, 0]);
+        assert_eq!(h, want);
+        let files = [
+            InputPlan {
+                path: "d/x".into(),
+                mode: 0o600,
+                len: 2,
+            },
+            InputPlan {
+                path: "e".into(),
+                mode: 0,
+                len: 0,
+            },
+        ];
+        let h = warm_header(&[], b"", &files, b"hi");
+        let mut want = vec![0, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0];
+        want.extend_from_slice(&[3, 0, 0, 0, b'd', b'/', b'x', 0x80, 0x01, 0, 0]);
+        want.extend_from_slice(&[2, 0, 0, 0, 0, 0, 0, 0, b'h', b'i']);
+        want.extend_from_slice(&[1, 0, 0, 0, b'e', 0, 0, 0, 0]);
+        want.extend_from_slice(&[0; 8]);
         assert_eq!(h, want);
     }
 
@@ -439,7 +499,7 @@ mod tests {
         assert!(parts.len() >= 8, "{} parts", parts.len());
         for part in parts {
             assert!(
-                part.len() <= 3 * 1024,
+                part.len() <= 4 * 1024,
                 "a part of {} bytes:\n{part}",
                 part.len()
             );

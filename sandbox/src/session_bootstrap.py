@@ -5,8 +5,10 @@
 #
 # At start fd 0 is the control link (a SOCK_SEQPACKET socket), fd 1 and fd 2 are pipes to
 # the daemon. Daemon -> sandbox, one datagram each, integers little endian:
-#   b"C" + cell:u32 + code_len:u64, with the read end of the cell's stdin pipe attached
-#        (SCM_RIGHTS), then b"D" + bytes datagrams adding up to code_len;
+#   b"C" + cell:u32 + code_len:u64 [+ files:u32], with the read end of the cell's stdin
+#        pipe attached (SCM_RIGHTS), then b"D" + bytes datagrams adding up to code_len;
+#        with `files`, that many input files (inputs.py) come first on the stdin pipe,
+#        placed under /work before the cell runs;
 #   b"I" + cell:u32: interrupt that cell if it is the one running;
 #   EOF: the session is over.
 # Sandbox -> daemon: b"R" + json, one per cell (daemon/src/server/cell_link.rs).
@@ -220,11 +222,12 @@ def reader():
         tag = data[:1]
         if flags & _socket.MSG_TRUNC:
             tag = b""  # longer than any datagram of the protocol
-        if tag == b"C" and len(data) == 13 and len(fds) == 1:
+        if tag == b"C" and len(data) in (13, 17) and len(fds) == 1:
             if pending is not None:
                 close_fds([pending[1]])
             code_len = int.from_bytes(data[5:13], "little")
-            pending = [int.from_bytes(data[1:5], "little"), fds[0], code_len, [], 0]
+            files = int.from_bytes(data[13:17], "little")
+            pending = [int.from_bytes(data[1:5], "little"), fds[0], code_len, [], 0, files]
         elif tag == b"D" and pending is not None and len(data) > 1:
             pending[3].append(data[1:])
             pending[4] += len(data) - 1
@@ -247,7 +250,7 @@ def reader():
         if pending is not None and pending[4] == pending[2]:
             with lock:
                 state["queued"], state["early"] = pending[0], None
-            cells.put((pending[0], pending[1], b"".join(pending[3])))
+            cells.put((pending[0], pending[1], b"".join(pending[3]), pending[5]))
             pending = None
 
 
@@ -467,10 +470,34 @@ def flush_all():
 
 
 #: part
-def serve(cell, stdin_fd, source, box):
+def read_from(fd):
+    def read(n):
+        parts = []
+        while n:
+            chunk = os.read(fd, n)
+            if not chunk:
+                raise OSError(32, "the input files were cut short")
+            parts.append(chunk)
+            n -= len(chunk)
+        return b"".join(parts)
+    return read
+
+
+def serve(cell, stdin_fd, source, files, box):
     # Runs the cell; box[0] gets ("value", repr or None) or ("exc", exc, compiling).
     try:
         try:
+            if files:
+                # Before the cell is current (an interrupt waits), replacing what an
+                # earlier cell left at a path if it is a regular file of its own.
+                try:
+                    error = _vivarium_inputs(read_from(stdin_fd), files, True)
+                except OSError as e:
+                    error = "the input files could not be read: %s" % (e.strerror or e)
+                if error is not None:
+                    close(stdin_fd)
+                    box[0] = ("input", error)
+                    return
             dup2(stdin_fd, 0)
             close(stdin_fd)
             new_stdin()
@@ -502,14 +529,14 @@ user_handler = quiet()
 os.write(2, b"\0")  # ready: the daemon reads this byte before anything else
 
 while True:
-    cell, stdin_fd, source = cells.get()
+    cell, stdin_fd, source, files = cells.get()
     try:
         set_handler(SIGINT, user_handler if user_handler is not None else default_int_handler)
     except BaseException_:
         pass
     box = [None]
     try:
-        serve(cell, stdin_fd, source, box)
+        serve(cell, stdin_fd, source, files, box)
     except KeyboardInterrupt_ as e:  # landed before serve() could store it
         if box[0] is None or box[0][0] not in ("value", "exc"):
             box[0] = ("exc", e, False)
@@ -529,6 +556,10 @@ while True:
     value, exc = None, None
     if outcome is not None and outcome[0] == "value":
         value = outcome[1]
+    elif outcome is not None and outcome[0] == "input":
+        # Nothing of the cell ran.
+        exc = ("vivarium.InputFileError", outcome[1],
+               "vivarium.InputFileError: %s (the cell did not run)\n" % outcome[1])
     elif outcome is not None and outcome[0] == "exc":
         exc = exception_fields(outcome[1], outcome[2])
     else:

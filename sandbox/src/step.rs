@@ -159,6 +159,8 @@ steps! {
     CreateScript = "create-script",
     /// Write the job's code into its script file.
     WriteScript = "write-script",
+    /// Place an input file under `/work` (protocol 7 `SubmitFiles`; `crate::inputs`).
+    InputFile = "input-file",
 
     // The payload's confinement (`confine`, steps P1 to P6; `init::drop_privileges`,
     // `caps`, `landlock`), then a cold payload's execve.

@@ -34,6 +34,11 @@ def _vivarium_job():
     path = "/work/main.py"
     with open(path, "wb") as f:
         f.write(code)
+    # The job's input files (inputs.py, before this file in the program).
+    error = _vivarium_inputs(exact, int.from_bytes(exact(4), "little"), False)
+    if error is not None:
+        os.write(2, ("vivarium: %s; the job did not run\n" % error).encode("utf-8", "replace"))
+        os._exit(1)
     return path, args, code
 
 

@@ -142,6 +142,20 @@ impl RawConn {
         false
     }
 
+    /// Hello for versions `min..=max` (an older client); returns the ack.
+    pub async fn hello_versions(&mut self, min: u32, max: u32) -> HelloAck {
+        self.send(&Request::Hello(Hello {
+            min_version: min,
+            max_version: max,
+            client: "vivarium-e2e/raw".into(),
+        }))
+        .await;
+        match self.recv().await {
+            Event::HelloAck(ack) => ack,
+            other => panic!("expected HelloAck, got {other:?}"),
+        }
+    }
+
     /// Hello with this build's version range; returns the ack.
     pub async fn hello(&mut self) -> HelloAck {
         self.send(&hello_request()).await;

@@ -341,6 +341,7 @@ fn build_in(
         network,
         time_ns: false,
         layers: Layers::FULL,
+        inputs: Vec::new(),
     }
 }
 

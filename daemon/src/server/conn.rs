@@ -2,6 +2,7 @@
 //! Every bad input gets a typed error and the connection (and the daemon) goes on.
 
 use super::auth::Peer;
+use super::inputs::{self, Inputs};
 use super::job::{self, JobRequest};
 use super::Daemon;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -10,8 +11,8 @@ use std::time::Duration;
 use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_seqpacket::UnixSeqpacket;
 use vivarium_proto::{
-    decode, encode, negotiate, Code, ErrorCode, Event, HelloAck, JobSpec, Request, WireError,
-    MAX_FRAME,
+    decode, encode, negotiate, Code, ErrorCode, Event, HelloAck, InputFile, JobSpec, Request,
+    WireError, MAX_FRAME,
 };
 
 /// Arguments may not add up to more than this (execve has its own, larger, limit).
@@ -127,39 +128,60 @@ impl PackageAsk {
     }
 }
 
-/// What a connection's code is for: a job, or a session's cell.
+/// What a connection's code is for: a job, or a session's cell; with its input files
+/// (protocol 7), whose bytes follow the code.
 enum Submission {
-    Job(JobSpec, PackageAsk),
-    Cell(vivarium_proto::ExecCell),
+    Job(JobSpec, PackageAsk, Vec<InputFile>),
+    Cell(vivarium_proto::ExecCell, Vec<InputFile>),
 }
 
 impl Submission {
     fn code(&self) -> &Code {
         match self {
-            Submission::Job(spec, _) => &spec.code,
-            Submission::Cell(cell) => &cell.code,
+            Submission::Job(spec, ..) => &spec.code,
+            Submission::Cell(cell, _) => &cell.code,
+        }
+    }
+
+    fn files(&self) -> &[InputFile] {
+        match self {
+            Submission::Job(.., files) | Submission::Cell(_, files) => files,
         }
     }
 }
 
+/// A piece of a submission in flight: of its code (`CodeChunk`) or of its input files
+/// (`FileChunk`), which come after the whole code.
+enum Chunk {
+    Code(Vec<u8>),
+    Files(Vec<u8>),
+}
+
+/// A submission whose code or input files are still coming.
 struct Receiving {
     what: Submission,
+    /// The code: chunks so far (`Code::Chunked`), or all of it (`Code::Inline`).
     code: Vec<u8>,
-    len: usize,
-    /// Cancelled before the code was complete: the rest is read and dropped.
+    /// Bytes of code announced; for inline code, its length.
+    code_len: usize,
+    /// The input files' bytes so far, and all they announce.
+    files: Vec<u8>,
+    files_len: usize,
+    /// Cancelled before it was complete: the rest is read and dropped.
     cancelled: bool,
-    /// Refused (`Busy`) before the code was complete: the rest is read and dropped.
+    /// Refused (`Busy`, or input files that break a rule) before it was complete: the
+    /// rest is read and dropped (its error was the answer).
     refused: bool,
-    /// Bytes of code received (kept in `code` unless refused).
-    got: usize,
-    /// What `code` may hold (its capacity), out of `max_code_bytes_total`.
+    /// Bytes received (kept unless refused).
+    got_code: usize,
+    got_files: usize,
+    /// What `code` and `files` may hold (their capacity), out of `max_code_bytes_total`.
     permit: Option<OwnedSemaphorePermit>,
 }
 
 impl Receiving {
-    /// Bytes of `max_code_bytes_total` this script holds: `code`'s capacity.
-    fn charged(&self) -> usize {
-        self.permit.as_ref().map_or(0, |p| p.num_permits())
+    fn complete(&self) -> bool {
+        self.got_code == self.code_len && self.got_files == self.files_len
     }
 
     /// Take `more` bytes of script out of the daemon's `max_code_bytes_total`; false
@@ -175,33 +197,47 @@ impl Receiving {
         true
     }
 
-    /// Make room in `code` for `more` bytes, charging the room to `max_code_bytes_total`
-    /// before it is allocated; false when other jobs' scripts hold too much of it. The
-    /// announced length is a claim, not a reservation (reserving it at the first chunk
-    /// let 512 connections announcing 16 MiB each take the daemon's virtual size to
-    /// 8.3 GiB, which a host with strict overcommit refuses). The buffer doubles, never
-    /// past the announced length, so a script in 64 KiB chunks is copied a few times
-    /// rather than once per chunk; where the doubled room does not fit, the room this
-    /// chunk needs is tried, so that `Busy` comes only when the bytes themselves do not fit.
-    fn make_room(&mut self, daemon: &Daemon, more: usize) -> bool {
-        let need = self.code.len() + more;
-        let charged = self.charged();
-        if need <= charged {
+    /// Make room in `code` (or `files`) for `more` bytes, charging the room to
+    /// `max_code_bytes_total` before it is allocated; false when other jobs' scripts
+    /// hold too much of it. The announced length is a claim, not a reservation
+    /// (reserving it at the first chunk let 512 connections announcing 16 MiB each take
+    /// the daemon's virtual size to 8.3 GiB, which a host with strict overcommit
+    /// refuses). The buffer doubles, never past the announced length, so a script in
+    /// 64 KiB chunks is copied a few times rather than once per chunk; where the doubled
+    /// room does not fit, the room this chunk needs is tried, so that `Busy` comes only
+    /// when the bytes themselves do not fit.
+    fn make_room(&mut self, daemon: &Daemon, more: usize, files: bool) -> bool {
+        let (len, cap, announced) = if files {
+            (self.files.len(), self.files.capacity(), self.files_len)
+        } else {
+            (self.code.len(), self.code.capacity(), self.code_len)
+        };
+        let need = len + more;
+        if need <= cap {
             return true;
         }
-        let doubled = (2 * charged).min(self.len).max(need);
-        let fits = self.charge(daemon, doubled - charged)
-            || (doubled > need && self.charge(daemon, need - charged));
-        if fits {
-            self.code.reserve_exact(self.charged() - self.code.len());
-        }
-        fits
+        let doubled = (2 * cap).min(announced).max(need);
+        let room = if self.charge(daemon, doubled - cap) {
+            doubled
+        } else if doubled > need && self.charge(daemon, need - cap) {
+            need
+        } else {
+            return false;
+        };
+        let buf = if files {
+            &mut self.files
+        } else {
+            &mut self.code
+        };
+        buf.reserve_exact(room - len);
+        true
     }
 }
 
-/// A complete script and its share of `max_code_bytes_total`.
+/// A complete script, its input files, and their share of `max_code_bytes_total`.
 struct Script {
     code: Vec<u8>,
+    inputs: Inputs,
     permit: OwnedSemaphorePermit,
 }
 
@@ -521,82 +557,70 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket, peer: Peer) {
                     ),
                     _ => unreachable!("matched above"),
                 };
-                let what = Submission::Job(spec, ask);
+                let what = Submission::Job(spec, ask, Vec::new());
                 if !submit(&daemon, &sock, &peer, v, what, &mut running, &mut receiving).await {
                     break;
                 }
             }
-            (Request::CodeChunk(chunk), Some(v)) => {
-                let Some(mut r) = receiving.take() else {
-                    send_error(
-                        &sock,
-                        ErrorCode::UnexpectedMessage,
-                        "no chunked submit is in progress",
-                    )
-                    .await;
-                    continue;
+            (
+                Request::SubmitFiles(_) | Request::ExecCellFiles(_) | Request::FileChunk(_),
+                Some(v),
+            ) if v < 7 => {
+                send_error(
+                    &sock,
+                    ErrorCode::UnexpectedMessage,
+                    "input files need protocol version 7",
+                )
+                .await;
+            }
+            (Request::SubmitFiles(w), Some(v)) => {
+                let w = *w;
+                let ask = PackageAsk {
+                    explicit: w.packages,
+                    inline: true,
                 };
-                if r.got + chunk.len() > r.len {
-                    send_error(
-                        &sock,
-                        ErrorCode::CodeTooLarge,
-                        "code chunks exceed the announced length",
-                    )
-                    .await;
+                let what = Submission::Job(w.spec, ask, w.files);
+                if !submit(&daemon, &sock, &peer, v, what, &mut running, &mut receiving).await {
                     break;
                 }
-                r.got += chunk.len();
-                if !r.refused && !r.make_room(&daemon, chunk.len()) {
-                    // The rest is read and dropped, so that the connection stays usable.
-                    send_error(&sock, ErrorCode::Busy, code_budget_full(&daemon, r.len)).await;
-                    r.refused = true;
-                    r.code = Vec::new();
-                    r.permit = None;
+            }
+            (Request::ExecCellFiles(c), Some(v)) => {
+                let c = *c;
+                let what = Submission::Cell(c.cell, c.files);
+                if !submit(&daemon, &sock, &peer, v, what, &mut running, &mut receiving).await {
+                    break;
                 }
-                if !r.refused {
-                    // Within the room made (and charged) above: no allocation here.
-                    r.code.extend_from_slice(&chunk);
+            }
+            (Request::FileChunk(chunk), Some(v)) => {
+                let chunk = Chunk::Files(chunk);
+                if !on_chunk(
+                    &daemon,
+                    &sock,
+                    &peer,
+                    v,
+                    chunk,
+                    &mut running,
+                    &mut receiving,
+                )
+                .await
+                {
+                    break;
                 }
-                if r.got == r.len && r.refused {
-                    // Its `Busy` was the answer.
-                } else if r.got == r.len && r.cancelled && matches!(r.what, Submission::Cell(_)) {
-                    // A cell that never reached its session: nothing ran, nothing changed.
-                    send_error(
-                        &sock,
-                        ErrorCode::UnexpectedMessage,
-                        "the cell was cancelled before its code was complete; it did not run",
-                    )
-                    .await;
-                } else if r.got == r.len && r.cancelled {
-                    let job_id = daemon.next_job.fetch_add(1, Ordering::Relaxed);
-                    let outcome = super::outcome::not_started(
-                        job_id,
-                        match &r.what {
-                            Submission::Job(spec, _) => &spec.profile,
-                            Submission::Cell(_) => "",
-                        },
-                        vivarium_proto::Reason::Cancelled,
-                        "cancelled before the code was complete",
-                    );
-                    send(&sock, &Event::Finished(Box::new(outcome))).await;
-                } else if r.got == r.len {
-                    // An empty script has held nothing yet: it takes its one byte now.
-                    match r.permit.take().or_else(|| code_permit(&daemon, 0)) {
-                        Some(p) => {
-                            let script = Script {
-                                code: r.code,
-                                permit: p,
-                            };
-                            running =
-                                start_submission(&daemon, &sock, &peer, v, r.what, script).await;
-                        }
-                        None => {
-                            let why = code_budget_full(&daemon, 0);
-                            send_error(&sock, ErrorCode::Busy, why).await;
-                        }
-                    }
-                } else {
-                    receiving = Some(r);
+            }
+            (Request::CodeChunk(chunk), Some(v)) => {
+                let chunk = Chunk::Code(chunk);
+                if !on_chunk(
+                    &daemon,
+                    &sock,
+                    &peer,
+                    v,
+                    chunk,
+                    &mut running,
+                    &mut receiving,
+                )
+                .await
+                {
+                    break;
                 }
             }
             (Request::Stdin(data), Some(_)) => {
@@ -659,7 +683,7 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket, peer: Peer) {
                 super::sessions::list(&daemon, &sock, peer.uid).await;
             }
             (Request::ExecCell(cell), Some(v)) => {
-                let what = Submission::Cell(*cell);
+                let what = Submission::Cell(*cell, Vec::new());
                 if !submit(&daemon, &sock, &peer, v, what, &mut running, &mut receiving).await {
                     break;
                 }
@@ -681,9 +705,12 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket, peer: Peer) {
     }
 }
 
-/// A complete `Submit`/`SubmitWith`/`ExecCell`: refused if a job or cell runs on the
-/// connection; started now if its code is inline, else its code is awaited in
-/// `CodeChunk` frames. False: the connection must close (chunks announced past the limit
+/// A complete `Submit`/`SubmitWith`/`SubmitFiles`/`ExecCell`/`ExecCellFiles`: refused
+/// if a job or cell runs on the connection; started now if its code is inline and it
+/// has no file bytes to come, else its code and files are awaited in `CodeChunk` and
+/// `FileChunk` frames. Input files are checked against the profile first, before any
+/// of their bytes is read: a broken rule is answered at once and the bytes that follow
+/// are dropped. False: the connection must close (chunks announced past the limit
 /// cannot be told apart from the next request).
 async fn submit(
     daemon: &Arc<Daemon>,
@@ -702,33 +729,239 @@ async fn submit(
         send_error(sock, ErrorCode::UnexpectedMessage, msg).await;
         return true;
     }
-    match what.code() {
-        Code::Inline(code) => {
-            let code = code.clone();
-            let Some(permit) = code_permit(daemon, code.len()) else {
-                let why = code_budget_full(daemon, code.len());
-                send_error(sock, ErrorCode::Busy, why).await;
-                return true;
-            };
-            let script = Script { code, permit };
-            *running = start_submission(daemon, sock, peer, version, what, script).await;
-        }
+    let max_code_bytes = daemon.live().config.max_code_bytes;
+    let (inline, code_len) = match what.code() {
+        Code::Inline(code) => (Some(code.clone()), code.len()),
         &Code::Chunked { len } => {
-            let max_code_bytes = daemon.live().config.max_code_bytes;
             if len > max_code_bytes {
                 let msg = format!("code of {len} bytes exceeds the {max_code_bytes}-byte limit");
                 send_error(sock, ErrorCode::CodeTooLarge, msg).await;
                 return false;
             }
-            *receiving = Some(Receiving {
-                what,
-                code: Vec::new(),
-                len: len as usize,
-                cancelled: false,
-                refused: false,
-                got: 0,
-                permit: None,
-            });
+            (None, len as usize)
+        }
+    };
+    let files_len = inputs::announced(what.files());
+    // Files are held whole until the job starts, within the daemon's budget for code.
+    let most = daemon.config.max_code_bytes_total;
+    if files_len > most {
+        let msg = format!(
+            "input files of {files_len} bytes together exceed what the daemon holds for a submission ({most} bytes)"
+        );
+        send_error(sock, ErrorCode::InvalidInputFile, msg).await;
+        return false;
+    }
+    let refused = match check_files(daemon, peer, &what) {
+        Ok(()) => false,
+        Err((code, msg)) => {
+            send_error(sock, code, msg).await;
+            true
+        }
+    };
+    if let (Some(code), false, 0) = (&inline, refused, files_len) {
+        let Some(permit) = code_permit(daemon, code.len()) else {
+            let why = code_budget_full(daemon, code.len());
+            send_error(sock, ErrorCode::Busy, why).await;
+            return true;
+        };
+        let inputs = Inputs {
+            files: what.files().to_vec(),
+            bytes: Vec::new(),
+        };
+        let script = Script {
+            code: code.clone(),
+            inputs,
+            permit,
+        };
+        *running = start_submission(daemon, sock, peer, version, what, script).await;
+        return true;
+    }
+    let mut r = Receiving {
+        what,
+        code: Vec::new(),
+        code_len,
+        files: Vec::new(),
+        files_len: files_len as usize,
+        cancelled: false,
+        refused,
+        got_code: 0,
+        got_files: 0,
+        permit: None,
+    };
+    if let Some(code) = inline {
+        r.got_code = code.len();
+        if !r.refused {
+            match code_permit(daemon, code.len()) {
+                Some(p) => {
+                    r.permit = Some(p);
+                    r.code = code;
+                }
+                None => {
+                    let why = code_budget_full(daemon, code.len());
+                    send_error(sock, ErrorCode::Busy, why).await;
+                    r.refused = true;
+                }
+            }
+        }
+    }
+    if r.complete() && r.refused {
+        return true; // (its error was the answer; nothing more is coming)
+    }
+    *receiving = Some(r);
+    true
+}
+
+/// Whether a submission's input files keep the path rules and its profile's `[files]`
+/// bounds; `Err`: the answer. A cell's profile is its session's; a cell for a session
+/// that does not exist (or not for this uid) is let through here, to be answered as
+/// such once it is complete.
+fn check_files(daemon: &Daemon, peer: &Peer, what: &Submission) -> Result<(), (ErrorCode, String)> {
+    let files = what.files();
+    if files.is_empty() {
+        return Ok(());
+    }
+    let live = daemon.live();
+    let (profile, script) = match what {
+        Submission::Job(spec, ..) => (spec.profile.clone(), true),
+        Submission::Cell(cell, _) => match daemon.sessions.profile_of(&cell.session, peer.uid) {
+            Some(p) => (p, false),
+            None => return Ok(()),
+        },
+    };
+    let Some(active) = live.profiles.get(&profile) else {
+        let known: Vec<_> = live.profiles.keys().cloned().collect();
+        return Err((
+            ErrorCode::UnknownProfile,
+            format!("no profile {profile:?} (known: {})", known.join(", ")),
+        ));
+    };
+    active
+        .profile
+        .check_input_files(files, script)
+        .map_err(|msg| (ErrorCode::InvalidInputFile, msg))
+}
+
+/// A `CodeChunk` or `FileChunk` for the submission being received; once it is
+/// complete, it starts (or gets the answer its refusal or cancel calls for). False: the
+/// connection must close.
+async fn on_chunk(
+    daemon: &Arc<Daemon>,
+    sock: &Arc<UnixSeqpacket>,
+    peer: &Peer,
+    version: u32,
+    chunk: Chunk,
+    running: &mut Option<Running>,
+    receiving: &mut Option<Receiving>,
+) -> bool {
+    let Some(mut r) = receiving.take() else {
+        send_error(
+            sock,
+            ErrorCode::UnexpectedMessage,
+            "no chunked submit is in progress",
+        )
+        .await;
+        return true;
+    };
+    let (data, files) = match chunk {
+        Chunk::Code(d) => (d, false),
+        Chunk::Files(d) => (d, true),
+    };
+    if files && r.got_code < r.code_len {
+        send_error(
+            sock,
+            ErrorCode::UnexpectedMessage,
+            "a file chunk came before the whole code",
+        )
+        .await;
+        return false;
+    }
+    let past = if files {
+        r.got_files + data.len() > r.files_len
+    } else {
+        r.got_code + data.len() > r.code_len
+    };
+    if past {
+        let (code, what) = if files {
+            (
+                ErrorCode::InvalidInputFile,
+                "file chunks exceed the files' announced length",
+            )
+        } else {
+            (
+                ErrorCode::CodeTooLarge,
+                "code chunks exceed the announced length",
+            )
+        };
+        send_error(sock, code, what).await;
+        return false;
+    }
+    if files {
+        r.got_files += data.len();
+    } else {
+        r.got_code += data.len();
+    }
+    if !r.refused && !r.make_room(daemon, data.len(), files) {
+        // The rest is read and dropped, so that the connection stays usable.
+        let total = r.code_len + r.files_len;
+        send_error(sock, ErrorCode::Busy, code_budget_full(daemon, total)).await;
+        r.refused = true;
+        r.code = Vec::new();
+        r.files = Vec::new();
+        r.permit = None;
+    }
+    if !r.refused {
+        // Within the room made (and charged) above: no allocation here.
+        if files {
+            r.files.extend_from_slice(&data);
+        } else {
+            r.code.extend_from_slice(&data);
+        }
+    }
+    if !r.complete() {
+        *receiving = Some(r);
+        return true;
+    }
+    if r.refused {
+        // Its error was the answer.
+    } else if r.cancelled && matches!(r.what, Submission::Cell(..)) {
+        // A cell that never reached its session: nothing ran, nothing changed.
+        send_error(
+            sock,
+            ErrorCode::UnexpectedMessage,
+            "the cell was cancelled before its code was complete; it did not run",
+        )
+        .await;
+    } else if r.cancelled {
+        let job_id = daemon.next_job.fetch_add(1, Ordering::Relaxed);
+        let outcome = super::outcome::not_started(
+            job_id,
+            match &r.what {
+                Submission::Job(spec, ..) => &spec.profile,
+                Submission::Cell(..) => "",
+            },
+            vivarium_proto::Reason::Cancelled,
+            "cancelled before the code was complete",
+        );
+        send(sock, &Event::Finished(Box::new(outcome))).await;
+    } else {
+        // An empty script has held nothing yet: it takes its one byte now.
+        match r.permit.take().or_else(|| code_permit(daemon, 0)) {
+            Some(permit) => {
+                let inputs = Inputs {
+                    files: r.what.files().to_vec(),
+                    bytes: r.files,
+                };
+                let script = Script {
+                    code: r.code,
+                    inputs,
+                    permit,
+                };
+                *running = start_submission(daemon, sock, peer, version, r.what, script).await;
+            }
+            None => {
+                let why = code_budget_full(daemon, 0);
+                send_error(sock, ErrorCode::Busy, why).await;
+            }
         }
     }
     true
@@ -743,8 +976,10 @@ async fn start_submission(
     script: Script,
 ) -> Option<Running> {
     match what {
-        Submission::Job(spec, ask) => start(daemon, sock, peer, version, spec, script, ask).await,
-        Submission::Cell(cell) => start_cell(daemon, sock, peer, version, cell, script).await,
+        Submission::Job(spec, ask, _) => {
+            start(daemon, sock, peer, version, spec, script, ask).await
+        }
+        Submission::Cell(cell, _) => start_cell(daemon, sock, peer, version, cell, script).await,
     }
 }
 
@@ -772,6 +1007,7 @@ async fn start_cell(
 ) -> Option<Running> {
     let Script {
         code,
+        inputs,
         permit: code_permit,
     } = script;
     if let Err(e) = std::str::from_utf8(&code) {
@@ -807,6 +1043,7 @@ async fn start_cell(
     let over = Arc::new(AtomicBool::new(false));
     let req = super::sessions::ExecRequest {
         code,
+        inputs,
         wall_ms: cell.wall_ms,
         stdin: stdin_rx,
         credits,
@@ -843,6 +1080,7 @@ async fn start(
 ) -> Option<Running> {
     let Script {
         code,
+        inputs,
         permit: code_permit,
     } = script;
     let refuse = |code: ErrorCode, msg: String| async move {
@@ -922,6 +1160,7 @@ async fn start(
         profile: spec.profile,
         args: spec.args,
         code,
+        inputs,
         limits,
         uid: peer.uid,
         active,

@@ -23,6 +23,8 @@ pub struct JobRequest {
     pub profile: String,
     pub args: Vec<String>,
     pub code: Vec<u8>,
+    /// Input files, placed under `/work` before the code runs.
+    pub inputs: super::inputs::Inputs,
     pub limits: JobLimits,
     pub uid: u32,
     /// The profile as activated when the job was submitted (a reload does not change it).
@@ -210,6 +212,16 @@ pub(crate) async fn launch(
     plan: &plan::JobPlan,
     code: &[u8],
 ) -> Result<Launched, LaunchError> {
+    launch_parts(daemon, plan, &[code]).await
+}
+
+/// [`launch`] with the memfd's bytes in `parts`, one after the other (a cold job's
+/// code, then its input files' bytes).
+async fn launch_parts(
+    daemon: &Daemon,
+    plan: &plan::JobPlan,
+    code: &[&[u8]],
+) -> Result<Launched, LaunchError> {
     let (in_r, in_w) = pipe()?;
     let (events, stdout, stderr) = spawn_with(daemon, plan, code, in_r).await?;
     Ok(Launched {
@@ -231,13 +243,13 @@ pub(crate) async fn launch_with_stdin(
     code: &[u8],
     stdin: OwnedFd,
 ) -> Result<LaunchedWith, LaunchError> {
-    spawn_with(daemon, plan, code, stdin).await
+    spawn_with(daemon, plan, &[code], stdin).await
 }
 
 async fn spawn_with(
     daemon: &Daemon,
     plan: &plan::JobPlan,
-    code: &[u8],
+    code: &[&[u8]],
     in_r: OwnedFd,
 ) -> Result<LaunchedWith, LaunchError> {
     let code = code_memfd(code)?;
@@ -257,7 +269,7 @@ async fn spawn_with(
 
 /// The script in a sealed memfd: the spawner and the job's init can read it but
 /// nobody can change it.
-fn code_memfd(code: &[u8]) -> Result<OwnedFd, LaunchError> {
+fn code_memfd(code: &[&[u8]]) -> Result<OwnedFd, LaunchError> {
     use nix::sys::memfd::{memfd_create, MFdFlags};
     use std::io::Write;
     let fd = memfd_create(
@@ -266,7 +278,9 @@ fn code_memfd(code: &[u8]) -> Result<OwnedFd, LaunchError> {
     )
     .map_err(LaunchError::Memfd)?;
     let mut file = std::fs::File::from(fd);
-    file.write_all(code).map_err(LaunchError::MemfdWrite)?;
+    for part in code {
+        file.write_all(part).map_err(LaunchError::MemfdWrite)?;
+    }
     let fd = OwnedFd::from(file);
     use nix::fcntl::{fcntl, FcntlArg, SealFlag};
     fcntl(
@@ -334,7 +348,8 @@ async fn execute(
             // the stdin task: that task starts on another worker thread, a wake-up later.
             // The events follow: the job starts before the client reads them (its output
             // cannot overtake them: the pumps start below).
-            let mut header = plan::warm_header(&req.args, &req.code);
+            let files = req.inputs.plan();
+            let mut header = plan::warm_header(&req.args, &req.code, &files, &req.inputs.bytes);
             let written =
                 nix::fcntl::fcntl(&w.stdin, nix::fcntl::FcntlArg::F_SETFL(OFlag::O_NONBLOCK))
                     .and_then(|_| nix::unistd::write(&w.stdin, &header))
@@ -363,7 +378,9 @@ async fn execute(
             if let Some(env) = env {
                 crate::packages::install::use_env(&mut plan, env);
             }
-            let l = launch(daemon, &plan, &req.code).await?;
+            // The input files' bytes follow the code in the memfd (init places them).
+            plan.inputs = req.inputs.plan();
+            let l = launch_parts(daemon, &plan, &[&req.code, &req.inputs.bytes]).await?;
             (
                 job_id,
                 l.events,

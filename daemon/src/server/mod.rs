@@ -7,6 +7,7 @@ mod auth;
 pub use auth::{resolve_groups, UnknownGroup};
 pub(crate) mod cell_link;
 mod conn;
+mod inputs;
 pub(crate) mod job;
 pub mod lifecycle;
 pub mod outcome;

@@ -102,6 +102,8 @@ enum Command {
 /// One cell, from a connection.
 pub struct ExecRequest {
     pub code: Vec<u8>,
+    /// Input files, placed under the session's `/work` before the cell runs.
+    pub inputs: super::inputs::Inputs,
     pub wall_ms: Option<u64>,
     pub stdin: Option<mpsc::UnboundedReceiver<StdinChunk>>,
     pub credits: bool,
@@ -281,6 +283,14 @@ impl Sessions {
         let mine = table.live.values().filter(|e| e.uid == uid).count()
             + table.opening.get(&uid).copied().unwrap_or(0);
         (table.live.len() + opening, mine)
+    }
+
+    /// The profile of the caller's live session `handle`, if there is one.
+    pub fn profile_of(&self, handle: &SessionHandle, uid: u32) -> Option<String> {
+        let table = self.table.lock().expect("sessions lock");
+        (table.live.get(&handle.0))
+            .filter(|e| e.uid == uid)
+            .map(|e| e.profile.clone())
     }
 
     /// How many sessions are open (for the status line).
@@ -1024,6 +1034,7 @@ async fn run_cell(
 ) -> Result<(), End> {
     let ExecRequest {
         code,
+        inputs,
         wall_ms,
         stdin,
         credits,
@@ -1053,7 +1064,8 @@ async fn run_cell(
         }
     };
     let cell = cell_no as u32;
-    let sent = sb.link.send_cell(cell, &code, stdin_r.as_fd()).await;
+    let files = inputs.files.len() as u32;
+    let sent = sb.link.send_cell(cell, &code, files, stdin_r.as_fd()).await;
     if let Err(e) = sent {
         drop(stdin_r);
         let end = End::new(
@@ -1064,9 +1076,11 @@ async fn run_cell(
     }
     drop(stdin_r);
     let credit_sock = credits.then(|| sock.clone());
+    // The input files go first on the cell's stdin: the cell loop places them, then
+    // hands the rest of the pipe to the cell.
     let feeder = tokio::spawn(super::job::feed_stdin(
         stdin_w,
-        Vec::new(),
+        inputs.stream(),
         stdin,
         credit_sock,
     ));
