@@ -125,7 +125,9 @@ impl Client {
     where
         R: AsyncRead + Unpin + Send + 'c,
     {
-        if !job.packages.is_empty() {
+        // Built first: a broken file rule needs no round trip to be reported.
+        let frames = crate::job::submit_frames(job, stdin.is_some());
+        if frames.is_ok() && !job.packages.is_empty() {
             // Only version 2 takes packages: this request waits for the hello's answer.
             let version = self.hello().await?.version;
             if version < 2 {
@@ -134,9 +136,20 @@ impl Client {
                 )));
             }
         }
-        let frames = crate::job::submit_frames(job, stdin.is_some());
+        if frames.is_ok() && !job.files.is_empty() {
+            self.require_files().await?;
+        }
         let core = crate::exchange::start(&mut self.conn, frames, stdin).await?;
         Ok(JobHandle::new(core))
+    }
+
+    /// Refuse, before sending anything, when the daemon takes no input files.
+    pub(crate) async fn require_files(&mut self) -> Result<()> {
+        let version = self.hello().await?.version;
+        if version < crate::FILES_PROTOCOL {
+            return Err(ClientError::FilesUnsupported { version });
+        }
+        Ok(())
     }
 
     /// Run `job` to its end, handing each output chunk to `on_output` as it arrives.

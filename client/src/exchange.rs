@@ -11,6 +11,7 @@ use tokio_seqpacket::UnixSeqpacket;
 use vivarium_proto::{encode, Code, Event, FrameError, Request, MAX_PAYLOAD_CHUNK};
 
 use crate::conn::{recv_event, send, send_frame, Conn, ConnState};
+use crate::files::Frames;
 use crate::{ClientError, Result};
 
 /// Code up to this size goes inline in the request's first frame; larger code follows in
@@ -42,11 +43,12 @@ pub(crate) fn code_frames(
 }
 
 /// Start a streaming request on `conn`: send its `frames` (built by the caller, who
-/// passes the build's result so that a frame that cannot be built leaves the connection
-/// in step), and return the core that reads its events.
+/// passes the build's result so that a request that cannot be built leaves the
+/// connection in step), then the input files' `FileChunk`s if any, and return the core
+/// that reads its events.
 pub(crate) async fn start<'c, R>(
     conn: &'c mut Conn,
-    frames: Result<Vec<Vec<u8>>, FrameError>,
+    frames: Result<Frames<'_>>,
     stdin: Option<R>,
 ) -> Result<Exchange<'c>>
 where
@@ -58,17 +60,25 @@ where
         Err(e) => {
             // Nothing was sent: the connection is still in step.
             conn.state = ConnState::Ready;
-            return Err(e.into());
-        }
-    };
-    for frame in &frames {
-        if let Err(e) = send_frame(&conn.sock, frame).await {
-            // The daemon may have refused the request and closed before taking every
-            // chunk: its reason beats our EPIPE.
-            let e = conn.refusal_after_send_error().await.unwrap_or(e);
-            conn.break_conn();
             return Err(e);
         }
+    };
+    let sent = async {
+        for frame in &frames.head {
+            send_frame(&conn.sock, frame).await?;
+        }
+        for frame in frames.file_frames() {
+            send_frame(&conn.sock, &frame?).await?;
+        }
+        Ok::<(), ClientError>(())
+    }
+    .await;
+    if let Err(e) = sent {
+        // The daemon may have refused the request and closed before taking every
+        // chunk: its reason beats our EPIPE.
+        let e = conn.refusal_after_send_error().await.unwrap_or(e);
+        conn.break_conn();
+        return Err(e);
     }
     Ok(Exchange::new(conn, stdin))
 }

@@ -1,12 +1,13 @@
 //! A job: what to run ([`Job`]), and the handle that streams its events ([`JobHandle`]).
 
 use vivarium_proto::{
-    Event, FrameError, JobSpec, LimitOverrides, Outcome, PackagesReport, Request, SandboxStart,
+    Event, JobSpec, LimitOverrides, Outcome, PackagesReport, Request, SandboxStart, SubmitFiles,
     SubmitWith,
 };
 
 use crate::conn::unexpected;
 use crate::exchange::{code_frames, Canceller, Exchange};
+use crate::files::{self, Frames, InputFileData};
 use crate::{ClientError, Result};
 
 /// A Python job to submit: the script, its arguments, the profile and tighter limits.
@@ -24,6 +25,10 @@ pub struct Job {
     /// environment first; needs a protocol-2 daemon and a profile that allows packages.
     /// A PEP 723 `# /// script` block in the code is read by the daemon as well.
     pub packages: Vec<String>,
+    /// Files placed under `/work` before the code runs (protocol 7+, see
+    /// [`crate::FILES_PROTOCOL`]); checked against [`vivarium_proto::files`]'s rules
+    /// before anything is sent.
+    pub files: Vec<InputFileData>,
 }
 
 impl Job {
@@ -35,7 +40,26 @@ impl Job {
             args: Vec::new(),
             limits: LimitOverrides::default(),
             packages: Vec::new(),
+            files: Vec::new(),
         }
+    }
+
+    /// Add an input file: `data` at `path` under `/work` (e.g. `data/in.csv`), mode
+    /// `0o644`. Needs a protocol-7 daemon.
+    pub fn file(mut self, path: impl Into<String>, data: impl Into<Vec<u8>>) -> Job {
+        self.files.push(InputFileData::new(path, data));
+        self
+    }
+
+    /// Add an input file with permission bits `mode` (at most `0o644`, e.g. `0o444`).
+    pub fn file_mode(
+        mut self,
+        path: impl Into<String>,
+        data: impl Into<Vec<u8>>,
+        mode: u32,
+    ) -> Job {
+        self.files.push(InputFileData::new(path, data).mode(mode));
+        self
     }
 
     /// Add a PEP 508 requirement (e.g. `numpy>=2`).
@@ -90,25 +114,46 @@ impl Job {
     }
 }
 
-/// The frames that submit `job`: one `Submit`, then `CodeChunk`s when the code does not fit
-/// inline. Every frame is at most `MAX_FRAME` bytes.
-pub(crate) fn submit_frames(job: &Job, stdin: bool) -> Result<Vec<Vec<u8>>, FrameError> {
-    code_frames(job.code.as_bytes(), |code| {
-        let spec = JobSpec {
-            profile: job.profile.clone(),
-            code,
-            args: job.args.clone(),
-            stdin,
-            limits: job.limits.clone(),
-        };
+/// The frames that submit `job`: one `Submit` (`SubmitWith` with packages, `SubmitFiles`
+/// with input files), then `CodeChunk`s when the code does not fit inline, then the
+/// files' `FileChunk`s. Every frame is at most `MAX_FRAME` bytes; a broken file rule, or a
+/// first frame that cannot fit, is an error before anything is sent.
+pub(crate) fn submit_frames(job: &Job, stdin: bool) -> Result<Frames<'_>> {
+    let spec = |code| JobSpec {
+        profile: job.profile.clone(),
+        code,
+        args: job.args.clone(),
+        stdin,
+        limits: job.limits.clone(),
+    };
+    let plain = |code| {
         if job.packages.is_empty() {
-            Request::Submit(spec)
+            Request::Submit(spec(code))
         } else {
             Request::SubmitWith(Box::new(SubmitWith {
-                spec,
+                spec: spec(code),
                 packages: job.packages.clone(),
             }))
         }
+    };
+    if job.files.is_empty() {
+        return Ok(Frames::plain(code_frames(job.code.as_bytes(), plain)?));
+    }
+    let described = files::describe(&job.files)?;
+    let head = code_frames(job.code.as_bytes(), |code| {
+        Request::SubmitFiles(Box::new(SubmitFiles {
+            spec: spec(code),
+            packages: job.packages.clone(),
+            files: described.clone(),
+        }))
+    })
+    .map_err(|e| {
+        let fits_without = code_frames(job.code.as_bytes(), plain).is_ok();
+        files::head_error(&described, e, fits_without)
+    })?;
+    Ok(Frames {
+        head,
+        files: job.files.iter().map(|f| f.data.as_slice()).collect(),
     })
 }
 
@@ -256,7 +301,7 @@ impl std::fmt::Debug for JobHandle<'_> {
 mod tests {
     use super::*;
     use crate::exchange::INLINE_CODE_MAX;
-    use vivarium_proto::{decode, Code, MAX_FRAME, MAX_PAYLOAD_CHUNK};
+    use vivarium_proto::{decode, Code, FrameError, InputFile, MAX_FRAME, MAX_PAYLOAD_CHUNK};
 
     fn decode_all(frames: &[Vec<u8>]) -> Vec<Request> {
         frames
@@ -271,7 +316,7 @@ mod tests {
     #[test]
     fn small_code_goes_inline() {
         let job = Job::new("print(1)").arg("x").wall_ms(5);
-        let frames = decode_all(&submit_frames(&job, true).unwrap());
+        let frames = decode_all(&submit_frames(&job, true).unwrap().all());
         assert_eq!(
             frames,
             vec![Request::Submit(JobSpec {
@@ -302,7 +347,7 @@ mod tests {
             .collect();
         assert!(code.len() > 299 * 1024);
         let job = Job::new(code.clone()).profile("p");
-        let frames = decode_all(&submit_frames(&job, false).unwrap());
+        let frames = decode_all(&submit_frames(&job, false).unwrap().all());
         let Request::Submit(spec) = &frames[0] else {
             panic!("first frame is {:?}", frames[0]);
         };
@@ -328,7 +373,7 @@ mod tests {
     #[test]
     fn code_at_the_inline_limit_still_fits() {
         let job = Job::new("#".repeat(INLINE_CODE_MAX)).profile("x".repeat(200));
-        let frames = submit_frames(&job, false).unwrap();
+        let frames = submit_frames(&job, false).unwrap().all();
         assert_eq!(frames.len(), 1);
         assert!(frames[0].len() <= MAX_FRAME);
     }
@@ -336,7 +381,7 @@ mod tests {
     #[test]
     fn long_arguments_push_the_code_into_chunks() {
         let job = Job::new("#".repeat(INLINE_CODE_MAX)).args(vec!["a".repeat(2000)]);
-        let frames = decode_all(&submit_frames(&job, false).unwrap());
+        let frames = decode_all(&submit_frames(&job, false).unwrap().all());
         assert_eq!(frames.len(), 2);
         assert!(
             matches!(&frames[0], Request::Submit(s) if s.code == Code::Chunked { len: INLINE_CODE_MAX as u64 })
@@ -347,8 +392,193 @@ mod tests {
     fn arguments_that_cannot_fit_any_frame_are_an_error() {
         let job = Job::new("pass").args(vec!["a".repeat(MAX_FRAME)]);
         assert!(matches!(
-            submit_frames(&job, false),
-            Err(FrameError::Oversize { .. })
+            submit_frames(&job, false).map(|f| f.all()),
+            Err(ClientError::Frame(FrameError::Oversize { .. }))
+        ));
+    }
+
+    /// Varied bytes, so that a misplaced chunk would not reassemble equal.
+    fn bytes(seed: u8, len: usize) -> Vec<u8> {
+        (0..len)
+            .map(|i| {
+                (i as u8)
+                    .wrapping_mul(31)
+                    .wrapping_add(seed ^ (i >> 8) as u8)
+            })
+            .collect()
+    }
+
+    /// Split the frames of a `SubmitFiles` into its head, the code and each file's bytes.
+    fn reassemble(frames: &[Request]) -> (SubmitFiles, Vec<u8>, Vec<Vec<u8>>) {
+        let Request::SubmitFiles(head) = &frames[0] else {
+            panic!("first frame is {:?}", frames[0]);
+        };
+        let mut code = match &head.spec.code {
+            Code::Inline(code) => code.clone(),
+            Code::Chunked { .. } => Vec::new(),
+        };
+        let mut data = Vec::new();
+        for frame in &frames[1..] {
+            match frame {
+                Request::CodeChunk(piece) => {
+                    assert!(data.is_empty(), "a code chunk after file chunks");
+                    code.extend_from_slice(piece);
+                }
+                Request::FileChunk(piece) => {
+                    assert!(!piece.is_empty() && piece.len() <= MAX_PAYLOAD_CHUNK);
+                    data.extend_from_slice(piece);
+                }
+                other => panic!("unexpected frame {other:?}"),
+            }
+        }
+        let total: u64 = head.files.iter().map(|f| f.len).sum();
+        assert_eq!(data.len() as u64, total);
+        let mut rest = data.as_slice();
+        let files = head
+            .files
+            .iter()
+            .map(|f| {
+                let (this, more) = rest.split_at(f.len as usize);
+                rest = more;
+                this.to_vec()
+            })
+            .collect();
+        (*head.clone(), code, files)
+    }
+
+    #[test]
+    fn files_follow_the_code_and_reassemble_exactly() {
+        // Sizes around the chunk boundary, and empty files among them.
+        let sizes = [
+            10,
+            0,
+            MAX_PAYLOAD_CHUNK - 10,
+            MAX_PAYLOAD_CHUNK,
+            0,
+            1,
+            3 * MAX_PAYLOAD_CHUNK + 7,
+            0,
+        ];
+        let mut job = Job::new("print(open('f0').read())")
+            .package("numpy")
+            .arg("a");
+        for (i, &len) in sizes.iter().enumerate() {
+            job = job.file(format!("d/f{i}"), bytes(i as u8, len));
+        }
+        job = job.file_mode("ro.txt", "read only", 0o444);
+        let frames = decode_all(&submit_frames(&job, true).unwrap().all());
+        let (head, code, files) = reassemble(&frames);
+        assert_eq!(code, job.code.as_bytes());
+        assert!(matches!(head.spec.code, Code::Inline(_)));
+        assert_eq!(head.packages, ["numpy"]);
+        assert_eq!(head.spec.args, ["a"]);
+        assert!(head.spec.stdin);
+        assert_eq!(
+            head.files.last(),
+            Some(&InputFile {
+                path: "ro.txt".into(),
+                mode: 0o444,
+                len: 9
+            })
+        );
+        assert_eq!(files.len(), job.files.len());
+        for (got, want) in files.iter().zip(&job.files) {
+            assert_eq!(got, &want.data, "{}", want.path);
+        }
+        // The bytes are packed: no chunk is short but the last.
+        let total: usize = job.files.iter().map(|f| f.data.len()).sum();
+        assert_eq!(frames.len(), 1 + total.div_ceil(MAX_PAYLOAD_CHUNK));
+    }
+
+    #[test]
+    fn chunked_code_comes_before_the_files() {
+        let code =
+            String::from_utf8(bytes(7, 150_000).iter().map(|b| b'a' + b % 26).collect()).unwrap();
+        let job = Job::new(code.clone())
+            .file("a", bytes(1, 70_000))
+            .file("b", Vec::new());
+        let frames = decode_all(&submit_frames(&job, false).unwrap().all());
+        let (head, got_code, files) = reassemble(&frames);
+        assert_eq!(
+            head.spec.code,
+            Code::Chunked {
+                len: code.len() as u64
+            }
+        );
+        assert_eq!(got_code, code.as_bytes());
+        assert_eq!(files, [bytes(1, 70_000), Vec::new()]);
+        assert!(head.packages.is_empty());
+    }
+
+    #[test]
+    fn only_empty_files_send_no_file_chunk() {
+        let job = Job::new("pass").file("empty", Vec::new());
+        let frames = decode_all(&submit_frames(&job, false).unwrap().all());
+        assert_eq!(frames.len(), 1);
+        let (head, _, files) = reassemble(&frames);
+        assert_eq!(head.files[0].len, 0);
+        assert_eq!(files, [Vec::<u8>::new()]);
+    }
+
+    #[test]
+    fn no_files_keep_the_old_requests() {
+        let frames = decode_all(&submit_frames(&Job::new("pass"), false).unwrap().all());
+        assert!(matches!(&frames[..], [Request::Submit(_)]));
+        let job = Job::new("pass").package("numpy");
+        let frames = decode_all(&submit_frames(&job, false).unwrap().all());
+        assert!(matches!(&frames[..], [Request::SubmitWith(w)] if w.packages == ["numpy"]));
+    }
+
+    #[test]
+    fn broken_file_rules_are_errors_naming_the_file() {
+        for (job, name) in [
+            (Job::new("pass").file("/etc/passwd", "x"), "/etc/passwd"),
+            (Job::new("pass").file("a", "x").file("a", "y"), "a"),
+            (Job::new("pass").file_mode("run.sh", "x", 0o755), "run.sh"),
+        ] {
+            let err = submit_frames(&job, false).map(|f| f.all()).unwrap_err();
+            assert!(matches!(err, ClientError::InvalidInputFiles(_)), "{err:?}");
+            assert!(err.to_string().contains(&format!("{name:?}")), "{err}");
+        }
+    }
+
+    #[test]
+    fn paths_that_cannot_fit_the_first_frame_are_an_error() {
+        // 64 paths of 1023 bytes: within the protocol's 64 KiB of paths, beyond a frame.
+        let path = |i: usize| {
+            let x = "x".repeat(255);
+            format!("{i:03}/{x}/{x}/{x}/{}", "y".repeat(251))
+        };
+        assert_eq!(path(0).len(), 1023);
+        let mut job = Job::new("pass");
+        for i in 0..64 {
+            job = job.file(path(i), "z");
+        }
+        let err = submit_frames(&job, false).map(|f| f.all()).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ClientError::TooManyInputFiles {
+                    files: 64,
+                    paths_bytes: 65_472
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("fewer files"), "{err}");
+        // Half of them fit.
+        let mut job = Job::new("pass");
+        for i in 0..32 {
+            job = job.file(path(i), "z");
+        }
+        assert!(submit_frames(&job, false).is_ok());
+        // Arguments that cannot fit any frame stay the frame's error.
+        let job = Job::new("pass")
+            .args(vec!["a".repeat(MAX_FRAME)])
+            .file("f", "z");
+        assert!(matches!(
+            submit_frames(&job, false).map(|f| f.all()),
+            Err(ClientError::Frame(FrameError::Oversize { .. }))
         ));
     }
 }

@@ -37,6 +37,12 @@
 //! # Ok(()) }
 //! ```
 //!
+//! Input files (protocol 7, [`FILES_PROTOCOL`]): [`Job::file`] and [`Cell::file`] put bytes
+//! under the sandbox's `/work` before the code runs. Their paths and modes are checked
+//! against [`proto::files`]'s rules before anything is sent
+//! ([`ClientError::InvalidInputFiles`]); the daemon's own refusal (a size or count limit
+//! of the profile) is `Refused` with [`proto::ErrorCode::InvalidInputFile`].
+//!
 //! Cancellation: [`JobHandle::cancel`] (or a [`Canceller`] from [`JobHandle::canceller`],
 //! usable from another task) sends `Cancel`; the job's `Finished` event still follows.
 //! Dropping a [`JobHandle`] before its job has ended closes the connection, which makes the
@@ -46,6 +52,7 @@
 mod client;
 mod conn;
 mod exchange;
+mod files;
 mod job;
 mod outcome;
 mod session;
@@ -55,6 +62,7 @@ use std::path::PathBuf;
 
 pub use client::{Client, Collected};
 pub use exchange::Canceller;
+pub use files::{InputFileData, FILES_PROTOCOL};
 pub use job::{Job, JobEvent, JobHandle, Stream};
 pub use outcome::{
     exit_code_for, format_bytes, format_ms, is_abnormal, limit_name, summary_line, verbose_report,
@@ -108,6 +116,18 @@ pub enum ClientError {
     /// was sent.
     #[error("sessions need protocol version {SESSION_PROTOCOL}; the daemon speaks {version}: upgrade vivariumd")]
     SessionsUnsupported { version: u32 },
+    /// The daemon speaks a protocol older than input files ([`FILES_PROTOCOL`]); nothing
+    /// was sent.
+    #[error("input files need protocol version {FILES_PROTOCOL}; the daemon speaks {version}: upgrade vivariumd")]
+    FilesUnsupported { version: u32 },
+    /// An input file breaks a rule of [`proto::files`] (its path or mode, or it clashes
+    /// with another); the message names it. Nothing was sent.
+    #[error("{0}")]
+    InvalidInputFiles(proto::files::InputFilesError),
+    /// The input files' paths do not fit in the request's first frame (at most
+    /// [`proto::MAX_FRAME`] bytes, with the rest of the request); nothing was sent.
+    #[error("{files} input files with {paths_bytes} bytes of paths do not fit in one request (a frame of {} bytes): send fewer files, or shorter paths", proto::MAX_FRAME)]
+    TooManyInputFiles { files: usize, paths_bytes: usize },
     /// Reading the job's stdin source failed; the job was abandoned (and so killed).
     #[error("cannot read the job's stdin")]
     Stdin {
@@ -147,6 +167,9 @@ impl ClientError {
             ClientError::Refused(_)
                 | ClientError::SessionExpired(_)
                 | ClientError::SessionsUnsupported { .. }
+                | ClientError::FilesUnsupported { .. }
+                | ClientError::InvalidInputFiles(_)
+                | ClientError::TooManyInputFiles { .. }
         )
     }
 }

@@ -11,12 +11,14 @@ use std::fmt::Write as _;
 
 use tokio::io::AsyncRead;
 use vivarium_proto::{
-    CellOutcome, CellStatus, Event, ExecCell, FrameError, OpenSession, Request, SessionEndReason,
-    SessionEnded, SessionHandle, SessionInfo, SessionLimitOverrides, SessionOpened,
+    CellOutcome, CellStatus, Event, ExecCell, ExecCellFiles, OpenSession, Request,
+    SessionEndReason, SessionEnded, SessionHandle, SessionInfo, SessionLimitOverrides,
+    SessionOpened,
 };
 
 use crate::conn::unexpected;
 use crate::exchange::{code_frames, Canceller, Exchange};
+use crate::files::{self, Frames, InputFileData};
 use crate::outcome::{format_bytes, format_ms, EXIT_CANCELLED, EXIT_OOM, EXIT_TIMEOUT};
 use crate::{Client, ClientError, Result, Stream, EXIT_SESSION_ENDED};
 
@@ -115,6 +117,9 @@ pub struct Cell {
     pub code: String,
     /// A tighter wall limit than the session's `cell_wall_ms`.
     pub wall_ms: Option<u64>,
+    /// Files placed under the session's `/work` before the cell runs, replacing a regular
+    /// file at the same path (protocol 7+, see [`crate::FILES_PROTOCOL`]).
+    pub files: Vec<InputFileData>,
 }
 
 impl Cell {
@@ -123,6 +128,7 @@ impl Cell {
             session,
             code: code.into(),
             wall_ms: None,
+            files: Vec::new(),
         }
     }
 
@@ -130,18 +136,53 @@ impl Cell {
         self.wall_ms = Some(ms);
         self
     }
+
+    /// Add an input file: `data` at `path` under `/work`, mode `0o644`. Needs a
+    /// protocol-7 daemon.
+    pub fn file(mut self, path: impl Into<String>, data: impl Into<Vec<u8>>) -> Cell {
+        self.files.push(InputFileData::new(path, data));
+        self
+    }
+
+    /// Add an input file with permission bits `mode` (at most `0o644`).
+    pub fn file_mode(
+        mut self,
+        path: impl Into<String>,
+        data: impl Into<Vec<u8>>,
+        mode: u32,
+    ) -> Cell {
+        self.files.push(InputFileData::new(path, data).mode(mode));
+        self
+    }
 }
 
-/// The frames that run `cell`: one `ExecCell`, then `CodeChunk`s when the code does not
-/// fit inline.
-pub(crate) fn exec_frames(cell: &Cell, stdin: bool) -> Result<Vec<Vec<u8>>, FrameError> {
-    code_frames(cell.code.as_bytes(), |code| {
-        Request::ExecCell(Box::new(ExecCell {
-            session: cell.session.clone(),
-            code,
-            stdin,
-            wall_ms: cell.wall_ms,
+/// The frames that run `cell`: one `ExecCell` (`ExecCellFiles` with input files), then
+/// `CodeChunk`s when the code does not fit inline, then the files' `FileChunk`s.
+pub(crate) fn exec_frames(cell: &Cell, stdin: bool) -> Result<Frames<'_>> {
+    let exec = |code| ExecCell {
+        session: cell.session.clone(),
+        code,
+        stdin,
+        wall_ms: cell.wall_ms,
+    };
+    let plain = |code| Request::ExecCell(Box::new(exec(code)));
+    if cell.files.is_empty() {
+        return Ok(Frames::plain(code_frames(cell.code.as_bytes(), plain)?));
+    }
+    let described = files::describe(&cell.files)?;
+    let head = code_frames(cell.code.as_bytes(), |code| {
+        Request::ExecCellFiles(Box::new(ExecCellFiles {
+            cell: exec(code),
+            files: described.clone(),
         }))
+    })
+    .map_err(|e| {
+        let fits_without = code_frames(cell.code.as_bytes(), plain).is_ok();
+        files::head_error(&described, e, fits_without)
+    })?;
+    Ok(Frames {
+        head,
+        files: cell.files.iter().map(|f| f.data.as_slice()).collect(),
     })
 }
 
@@ -270,8 +311,14 @@ impl Client {
     where
         R: AsyncRead + Unpin + Send + 'c,
     {
-        self.require_sessions().await?;
+        // Built first: a broken file rule needs no round trip to be reported.
         let frames = exec_frames(cell, stdin.is_some());
+        if frames.is_ok() {
+            self.require_sessions().await?;
+            if !cell.files.is_empty() {
+                self.require_files().await?;
+            }
+        }
         let core = crate::exchange::start(&mut self.conn, frames, stdin).await?;
         Ok(CellHandle {
             core,
@@ -446,7 +493,7 @@ mod tests {
     #[test]
     fn a_small_cell_is_one_frame_and_a_large_one_is_chunked() {
         let cell = Cell::new(handle(), "x = 1").wall_ms(900);
-        let frames = exec_frames(&cell, true).unwrap();
+        let frames = exec_frames(&cell, true).unwrap().all();
         assert_eq!(
             frames
                 .iter()
@@ -460,11 +507,54 @@ mod tests {
             }))]
         );
         let big = Cell::new(handle(), "#".repeat(200_000));
-        let frames = exec_frames(&big, false).unwrap();
+        let frames = exec_frames(&big, false).unwrap().all();
         assert!(frames.len() > 1);
         assert!(matches!(
             decode(&frames[0]).unwrap(),
             Request::ExecCell(c) if c.code == Code::Chunked { len: 200_000 }
+        ));
+    }
+
+    #[test]
+    fn a_cell_with_files_sends_them_after_its_code() {
+        let big = vec![0x5au8; 100_000];
+        let cell = Cell::new(handle(), "#".repeat(70_000))
+            .file("in/a.bin", big.clone())
+            .file_mode("b.txt", "hi", 0o600);
+        let frames: Vec<Request> = exec_frames(&cell, false)
+            .unwrap()
+            .all()
+            .iter()
+            .map(|f| decode(f).unwrap())
+            .collect();
+        let Request::ExecCellFiles(head) = &frames[0] else {
+            panic!("first frame is {:?}", frames[0]);
+        };
+        assert_eq!(head.cell.code, Code::Chunked { len: 70_000 });
+        assert_eq!(head.cell.session, handle());
+        assert_eq!(
+            head.files
+                .iter()
+                .map(|f| (f.path.as_str(), f.mode, f.len))
+                .collect::<Vec<_>>(),
+            [("in/a.bin", 0, 100_000), ("b.txt", 0o600, 2)]
+        );
+        let (mut code, mut data) = (Vec::new(), Vec::new());
+        for frame in &frames[1..] {
+            match frame {
+                Request::CodeChunk(p) if data.is_empty() => code.extend_from_slice(p),
+                Request::FileChunk(p) => data.extend_from_slice(p),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert_eq!(code, cell.code.as_bytes());
+        let mut want = big;
+        want.extend_from_slice(b"hi");
+        assert_eq!(data, want);
+        let bad = Cell::new(handle(), "x").file("a/../b", "");
+        assert!(matches!(
+            exec_frames(&bad, false).map(|f| f.all()),
+            Err(ClientError::InvalidInputFiles(_))
         ));
     }
 

@@ -724,3 +724,94 @@ async fn the_repl_says_why_its_session_ended_and_exits_120() {
     assert!(text(&out.stderr).contains("open a new session"), "{out:?}");
     daemon.await.unwrap();
 }
+
+// Input files: `--file LOCAL[:DEST]`.
+
+/// `viv run --file`: the files go with the job (DEST defaulting to the file name); the
+/// daemon's `InvalidInputFile` refusal is printed and exits 125.
+#[tokio::test]
+async fn run_sends_the_files_and_a_refused_file_exits_125() {
+    let (dir, path, daemon) = serve(|mut c| async move {
+        c.hello().await;
+        let (head, code, files) = c.submit_files().await;
+        assert_eq!(code, b"pass");
+        let paths: Vec<_> = head.files.iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(paths, ["data.csv", "in/b.bin"]);
+        assert_eq!(files, [b"a,b\n1,2\n".to_vec(), vec![7u8; 100_000]]);
+        c.send(Event::Error(vivarium_client::proto::WireError {
+            code: ErrorCode::InvalidInputFile,
+            message: "input file \"in/b.bin\" is larger than the profile's 64K".into(),
+        }))
+        .await;
+    });
+    let csv = dir.path().join("data.csv");
+    std::fs::write(&csv, "a,b\n1,2\n").unwrap();
+    let bin = dir.path().join("b.bin");
+    std::fs::write(&bin, vec![7u8; 100_000]).unwrap();
+    let mut cmd = viv(&path, &["run", "--no-stdin", "--file"]);
+    cmd.arg(&csv)
+        .arg("--file")
+        .arg(format!("{}:in/b.bin", bin.display()))
+        .arg(script(dir.path(), "pass"));
+    let out = run(cmd, None).await;
+    assert_eq!(out.status.code(), Some(125), "{out:?}");
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("in/b.bin") && err.contains("InvalidInputFile"),
+        "{err}"
+    );
+    daemon.await.unwrap();
+}
+
+/// A LOCAL that is no regular file, or a DEST twice, is an error before anything is sent.
+#[tokio::test]
+async fn a_bad_local_file_exits_125_before_sending() {
+    let dir = tempfile::tempdir().unwrap();
+    let code = script(dir.path(), "pass");
+    let sock = dir.path().join("none.sock");
+    let mut cmd = viv(&sock, &["run", "--no-stdin", "--file"]);
+    cmd.arg(dir.path()).arg(&code);
+    let out = run(cmd, None).await;
+    assert_eq!(out.status.code(), Some(125), "{out:?}");
+    let err = text(&out.stderr);
+    assert!(err.contains("is not a regular file"), "{err}");
+    assert!(!err.contains("cannot connect"), "{err}");
+    let mut cmd = viv(&sock, &["run", "--no-stdin", "--file"]);
+    cmd.arg(format!("{}:x", code.display()))
+        .arg("--file")
+        .arg(format!("{}:x", code.display()))
+        .arg(&code);
+    let out = run(cmd, None).await;
+    assert_eq!(out.status.code(), Some(125), "{out:?}");
+    assert!(
+        text(&out.stderr).contains("\"x\" is given twice"),
+        "{out:?}"
+    );
+}
+
+/// `viv exec H FILE --file`: the cell's files.
+#[tokio::test]
+async fn exec_sends_the_cells_files() {
+    let (dir, path, daemon) = serve(|mut c| async move {
+        c.hello().await;
+        let (head, code, files) = c.exec_cell_files().await;
+        assert_eq!(head.cell.session, handle(1));
+        assert_eq!(code, b"open('notes.txt').read()");
+        assert_eq!(head.files[0].path, "notes.txt");
+        assert_eq!(files, [b"hi".to_vec()]);
+        let mut done = cell_outcome(handle(1), 1, CellStatus::Ok);
+        done.value = Some("'hi'".into());
+        c.send(Event::CellFinished(done)).await;
+    });
+    let notes = dir.path().join("notes.txt");
+    std::fs::write(&notes, "hi").unwrap();
+    let mut cmd = viv(&path, &["exec"]);
+    cmd.arg(handle_arg(1))
+        .arg(script(dir.path(), "open('notes.txt').read()"))
+        .arg("--file")
+        .arg(&notes);
+    let out = run(cmd, None).await;
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(text(&out.stdout), "'hi'\n");
+    daemon.await.unwrap();
+}

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use common::{outcome, refusal, serve};
 use vivarium_client::proto::{
-    ErrorCode, Event, ExitStatus, ProfileInfo, Reason, Request, SandboxStart, MAX_FRAME,
+    ErrorCode, Event, ExitStatus, ProfileInfo, Reason, Request, SandboxStart, WireError, MAX_FRAME,
     MAX_PAYLOAD_CHUNK,
 };
 use vivarium_client::{Client, ClientError, Job, JobEvent, Stream};
@@ -392,5 +392,102 @@ async fn the_sandbox_start_is_kept_and_only_after_started() {
         "{early:?}"
     );
     drop(client);
+    daemon.await.unwrap();
+}
+
+#[tokio::test]
+async fn input_files_follow_the_chunked_code() {
+    let code = "#".repeat(100_000);
+    let want = code.clone();
+    let big: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+    let want_big = big.clone();
+    let (_dir, path, daemon) = serve(|mut c| async move {
+        c.hello().await;
+        let (head, got_code, files) = c.submit_files().await;
+        assert_eq!(got_code, want.as_bytes());
+        assert_eq!(head.packages, ["numpy"]);
+        let paths: Vec<_> = head
+            .files
+            .iter()
+            .map(|f| (f.path.as_str(), f.mode))
+            .collect();
+        assert_eq!(
+            paths,
+            [("data/big.bin", 0), ("empty", 0), ("ro.txt", 0o444)]
+        );
+        assert_eq!(files, [want_big, vec![], b"ro".to_vec()]);
+        c.send(Event::Finished(outcome(1, Reason::Ok, ExitStatus::Code(0))))
+            .await;
+        assert_eq!(c.recv().await, None);
+    });
+    let mut client = Client::connect(&path).await.unwrap();
+    let job = Job::new(code)
+        .package("numpy")
+        .file("data/big.bin", big)
+        .file("empty", Vec::new())
+        .file_mode("ro.txt", "ro", 0o444);
+    let done = client.run_collect(&job, None).await.unwrap();
+    assert_eq!(done.outcome.reason, Reason::Ok);
+    drop(client);
+    daemon.await.unwrap();
+}
+
+#[tokio::test]
+async fn files_need_protocol_7_and_nothing_is_sent() {
+    let (_dir, path, daemon) = serve(|mut c| async move {
+        c.read_hello().await;
+        c.ack_hello_version(6).await;
+        // The refused job sent nothing: the next request comes straight.
+        assert_eq!(c.recv().await, Some(Request::ListProfiles));
+        c.send(Event::Profiles(vec![])).await;
+    });
+    let mut client = Client::connect(&path).await.unwrap();
+    let job = Job::new("pass").file("a.txt", "x");
+    let err = client.run_collect(&job, None).await.unwrap_err();
+    assert!(
+        matches!(err, ClientError::FilesUnsupported { version: 6 }),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("protocol version 7"), "{err}");
+    client.list_profiles().await.unwrap();
+    daemon.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_broken_file_rule_is_caught_before_sending() {
+    let (_dir, path, daemon) = serve(|mut c| async move {
+        c.hello().await;
+        assert_eq!(c.recv().await, Some(Request::ListProfiles));
+        c.send(Event::Profiles(vec![])).await;
+    });
+    let mut client = Client::connect(&path).await.unwrap();
+    let job = Job::new("pass").file("../escape", "x");
+    let err = client.run_collect(&job, None).await.unwrap_err();
+    assert!(matches!(err, ClientError::InvalidInputFiles(_)), "{err:?}");
+    assert!(err.to_string().contains("\"../escape\""), "{err}");
+    client.list_profiles().await.unwrap();
+    daemon.await.unwrap();
+}
+
+#[tokio::test]
+async fn the_daemons_invalid_input_file_is_a_refusal() {
+    let (_dir, path, daemon) = serve(|mut c| async move {
+        c.hello().await;
+        c.submit_files().await;
+        c.send(Event::Error(WireError {
+            code: ErrorCode::InvalidInputFile,
+            message: "input file \"big.bin\" is larger than the profile's 1M".into(),
+        }))
+        .await;
+        assert_eq!(c.recv().await, Some(Request::ListProfiles));
+        c.send(Event::Profiles(vec![])).await;
+    });
+    let mut client = Client::connect(&path).await.unwrap();
+    let job = Job::new("pass").file("big.bin", vec![0; 5000]);
+    let err = client.run_collect(&job, None).await.unwrap_err();
+    assert_eq!(err.refusal_code(), Some(ErrorCode::InvalidInputFile));
+    assert!(err.to_string().contains("big.bin"), "{err}");
+    // A refusal keeps the connection in step.
+    client.list_profiles().await.unwrap();
     daemon.await.unwrap();
 }

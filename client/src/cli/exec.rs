@@ -44,6 +44,7 @@ async fn exec_inner(socket: &Path, args: ExecArgs) -> Result<i32, Failure> {
     };
     let mut cell = Cell::new(SessionHandle(args.handle), code);
     cell.wall_ms = args.wall;
+    cell.files = super::files::read_files(&args.files).map_err(Failure::Local)?;
     let mut client = Client::connect(socket).await?;
     let mut sigint = sigint()?;
     let mut sink = Sink::new(args.json);

@@ -2,6 +2,7 @@
 
 mod doctor;
 mod exec;
+mod files;
 mod parse;
 mod profiles;
 mod repl;
@@ -148,6 +149,15 @@ pub struct ExecArgs {
     #[arg(value_name = "FILE")]
     file: PathBuf,
 
+    /// Put the host file LOCAL into the session's /work before the cell runs, as DEST (a
+    /// path under /work, replacing a file there; default: LOCAL's file name); repeatable.
+    /// The split is at the last ':', so DEST cannot hold one, and a LOCAL whose name does
+    /// needs an explicit DEST (`--file a:b.csv:b.csv`). LOCAL must be a regular file (a
+    /// symlink is followed) of at most 4 GiB; the file gets mode 0644. Needs a protocol-7
+    /// daemon.
+    #[arg(long = "file", value_name = "LOCAL[:DEST]", value_parser = files::parse_file_arg)]
+    files: Vec<files::FileArg>,
+
     /// Send this file as the cell's stdin (otherwise it reads EOF).
     #[arg(long, value_name = "PATH")]
     stdin: Option<PathBuf>,
@@ -198,6 +208,15 @@ pub struct RunArgs {
     /// read as well. The profile must allow packages.
     #[arg(long = "with", value_name = "REQUIREMENT")]
     with: Vec<String>,
+
+    /// Put the host file LOCAL into the job's /work before the script runs, as DEST (a
+    /// path under /work; default: LOCAL's file name); repeatable, and given before FILE.
+    /// The split is at the last ':', so DEST cannot hold one, and a LOCAL whose name does
+    /// needs an explicit DEST (`--file a:b.csv:b.csv`). LOCAL must be a regular file (a
+    /// symlink is followed) of at most 4 GiB; the file gets mode 0644. Needs a protocol-7
+    /// daemon.
+    #[arg(long = "file", value_name = "LOCAL[:DEST]", value_parser = files::parse_file_arg)]
+    files: Vec<files::FileArg>,
 
     /// Print the outcome, with stdout and stderr as strings, as one JSON object at the end
     /// instead of streaming the output.
@@ -315,6 +334,47 @@ mod tests {
         assert!(!run.json);
         assert_eq!(run.file, PathBuf::from("a.py"));
         assert_eq!(run.args, ["-x", "--json", "y"]);
+    }
+
+    #[test]
+    fn file_options_are_repeatable_and_parsed() {
+        let cli = Cli::try_parse_from([
+            "viv",
+            "run",
+            "--file",
+            "/tmp/data.csv",
+            "--file",
+            "x.bin:in/y.bin",
+            "a.py",
+            "-x",
+            "--file",
+            "z",
+        ])
+        .unwrap();
+        let Command::Run(run) = cli.command else {
+            panic!("not run")
+        };
+        let got: Vec<(PathBuf, &str)> = run
+            .files
+            .iter()
+            .map(|f| (f.local.clone(), f.dest.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (PathBuf::from("/tmp/data.csv"), "data.csv"),
+                (PathBuf::from("x.bin"), "in/y.bin")
+            ]
+        );
+        // Once the script's arguments have begun, `--file` is one of them.
+        assert_eq!(run.args, ["-x", "--file", "z"]);
+        let cli =
+            Cli::try_parse_from(["viv", "exec", "vs_x", "c.py", "--file", "d.txt:e.txt"]).unwrap();
+        let Command::Exec(exec) = cli.command else {
+            panic!("not exec")
+        };
+        assert_eq!(exec.files[0].dest, "e.txt");
+        assert!(Cli::try_parse_from(["viv", "run", "--file", "a:/abs", "a.py"]).is_err());
     }
 
     #[test]

@@ -208,6 +208,7 @@ async fn run_inner(socket: &Path, args: RunArgs, verbose: bool) -> Result<i32, F
     job.limits.pids = args.limits.pids;
     job.limits.output_bytes = args.limits.output;
     job.packages = args.with;
+    job.files = super::files::read_files(&args.files).map_err(Failure::Local)?;
 
     let mut client = Client::connect(socket).await?;
     let mut sink = Sink::new(args.json);

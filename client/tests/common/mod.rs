@@ -9,9 +9,9 @@ use tokio::task::JoinHandle;
 use tokio_seqpacket::{UnixSeqpacket, UnixSeqpacketListener};
 use vivarium_client::proto::{
     decode, encode, CellException, CellOutcome, CellStatus, Code, ErrorCode, Event, ExecCell,
-    ExitStatus, HelloAck, Isolation, JobSpec, Outcome, Reason, Request, SandboxStart,
-    SessionEndReason, SessionEnded, SessionHandle, SessionInfo, SessionLimits, SessionOpened,
-    Usage, WireError, MAX_FRAME, PROTOCOL_VERSION,
+    ExecCellFiles, ExitStatus, HelloAck, InputFile, Isolation, JobSpec, Outcome, Reason, Request,
+    SandboxStart, SessionEndReason, SessionEnded, SessionHandle, SessionInfo, SessionLimits,
+    SessionOpened, SubmitFiles, Usage, WireError, MAX_FRAME, MAX_PAYLOAD_CHUNK, PROTOCOL_VERSION,
 };
 
 /// The daemon side of one connection.
@@ -88,6 +88,60 @@ impl Conn {
             self.send(Event::StdinCredit(STDIN_CREDIT)).await;
         }
         (cell, code)
+    }
+
+    /// Read a `SubmitFiles`, its code chunks and its files' bytes; return the request,
+    /// the code and each file's bytes.
+    pub async fn submit_files(&mut self) -> (SubmitFiles, Vec<u8>, Vec<Vec<u8>>) {
+        let head = match self.recv().await {
+            Some(Request::SubmitFiles(head)) => *head,
+            other => panic!("expected SubmitFiles, got {other:?}"),
+        };
+        let code = self.code(&head.spec.code).await;
+        let files = self.file_bytes(&head.files).await;
+        if head.spec.stdin {
+            self.send(Event::StdinCredit(STDIN_CREDIT)).await;
+        }
+        (head, code, files)
+    }
+
+    /// As [`Conn::submit_files`] for an `ExecCellFiles`.
+    pub async fn exec_cell_files(&mut self) -> (ExecCellFiles, Vec<u8>, Vec<Vec<u8>>) {
+        let head = match self.recv().await {
+            Some(Request::ExecCellFiles(head)) => *head,
+            other => panic!("expected ExecCellFiles, got {other:?}"),
+        };
+        let code = self.code(&head.cell.code).await;
+        let files = self.file_bytes(&head.files).await;
+        if head.cell.stdin {
+            self.send(Event::StdinCredit(STDIN_CREDIT)).await;
+        }
+        (head, code, files)
+    }
+
+    /// The `FileChunk`s of `files`, split back into each file's bytes.
+    async fn file_bytes(&mut self, files: &[InputFile]) -> Vec<Vec<u8>> {
+        let total: u64 = files.iter().map(|f| f.len).sum();
+        let mut data = Vec::new();
+        while (data.len() as u64) < total {
+            match self.recv().await {
+                Some(Request::FileChunk(piece)) => {
+                    assert!(!piece.is_empty() && piece.len() <= MAX_PAYLOAD_CHUNK);
+                    data.extend_from_slice(&piece);
+                }
+                other => panic!("expected a file chunk, got {other:?}"),
+            }
+        }
+        assert_eq!(data.len() as u64, total);
+        let mut rest = data.as_slice();
+        files
+            .iter()
+            .map(|f| {
+                let (this, more) = rest.split_at(f.len as usize);
+                rest = more;
+                this.to_vec()
+            })
+            .collect()
     }
 
     /// Read `Stdin` frames up to `StdinEof`; return the bytes.
