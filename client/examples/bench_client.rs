@@ -18,6 +18,9 @@
 //!   `held <handles...>`, and keeps them open until stdin closes (for an idle session's
 //!   memory, read from outside).
 //!
+//! With `--input-bytes N`, each job carries an input file `input.bin` of N bytes (for
+//! `bench/files.py`, the cost of input files per MB).
+//!
 //! A job that does not end `ok` with the expected stdout counts as failed (and makes
 //! `latency` exit non-zero): a benchmark of failing jobs measures nothing.
 
@@ -60,6 +63,10 @@ struct Args {
     /// `session` mode: pairs of cells (`x = 1`, then `x`) per session.
     #[arg(long, default_value_t = 20)]
     cells: usize,
+    /// `latency` and `throughput`: each job carries an input file `input.bin` of this
+    /// many bytes (0: none; the job is then submitted exactly as without the option).
+    #[arg(long, default_value_t = 0)]
+    input_bytes: usize,
 }
 
 fn ms_since(start: Instant) -> f64 {
@@ -127,6 +134,13 @@ async fn one_job(args: &Args) -> Result<(f64, &'static str)> {
     let mut job = Job::new(args.code.clone()).profile(args.profile.clone());
     for p in &args.packages {
         job = job.package(p.clone());
+    }
+    if args.input_bytes > 0 {
+        // Bytes that do not compress, made before the clock starts.
+        let data: Vec<u8> = (0..args.input_bytes)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        job = job.file("input.bin", data);
     }
     let start = Instant::now();
     let mut client = Client::connect(&args.socket).await?;

@@ -488,3 +488,82 @@ async fn a_version_6_connection_cannot_send_files() {
     let ran = submit(&mut conn, "default", "print('ran')", &[f("a", b"x")]).await;
     ran.refused(ErrorCode::UnexpectedMessage);
 }
+
+#[test]
+fn viv_run_and_exec_send_files() {
+    if !require_root() {
+        return;
+    }
+    let daemon = Daemon::start(DaemonOpts::default());
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("sales.csv");
+    std::fs::write(&csv, "region,amount\nnorth,3\nsouth,4\n").unwrap();
+    let script = dir.path().join("sum.py");
+    std::fs::write(
+        &script,
+        "import csv\nrows = list(csv.DictReader(open('in/sales.csv')))\nprint(sum(int(r['amount']) for r in rows), open('sales.csv').read().count('\\n'))\n",
+    )
+    .unwrap();
+    let csv_arg = csv.to_str().unwrap();
+    let dest = format!("{csv_arg}:in/sales.csv");
+    let out = daemon.viv(
+        &[
+            "run",
+            "--file",
+            &dest,
+            "--file",
+            csv_arg,
+            script.to_str().unwrap(),
+        ],
+        b"",
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        vivarium_e2e::describe_output(&out)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "7 3");
+    // A path the daemon refuses: viv says which file, and the job does not run.
+    let out = daemon.viv(
+        &[
+            "run",
+            "--file",
+            &format!("{csv_arg}:../x"),
+            script.to_str().unwrap(),
+        ],
+        b"",
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("../x"), "{err}");
+    assert!(out.stdout.is_empty());
+    // A session: the file sent with one cell is there for the next.
+    let out = daemon.viv(&["session", "new"], b"");
+    assert!(
+        out.status.success(),
+        "{}",
+        vivarium_e2e::describe_output(&out)
+    );
+    let handle = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let out = daemon.viv(
+        &["exec", &handle, "--file", csv_arg, "-"],
+        b"n = len(open('sales.csv').read())\nprint(n)\n",
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        vivarium_e2e::describe_output(&out)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "30");
+    let out = daemon.viv(
+        &["exec", &handle, "-"],
+        b"print(n, open('sales.csv').read().splitlines()[1])\n",
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "30 north,3");
+    let out = daemon.viv(&["session", "close", &handle], b"");
+    assert!(
+        out.status.success(),
+        "{}",
+        vivarium_e2e::describe_output(&out)
+    );
+}
