@@ -53,6 +53,7 @@
 
 pub mod cell;
 pub mod excerpt;
+pub mod images;
 pub mod limiter;
 pub mod lines;
 pub mod server;
