@@ -72,6 +72,79 @@ pub fn negotiate(client_min: u32, client_max: u32) -> Option<u32> {
 mod tests {
     use super::*;
 
+    /// The byte payloads are `serde_bytes` (one copy to decode) and must stay exactly
+    /// what a `Vec<u8>` sequence encodes to, which every earlier peer sends and expects.
+    #[test]
+    fn byte_payloads_encode_as_a_sequence_of_u8_did() {
+        #[derive(serde::Serialize)]
+        #[allow(dead_code)]
+        enum OldRequest {
+            Hello(Hello),
+            Submit(JobSpec),
+            CodeChunk(Vec<u8>),
+            Stdin(Vec<u8>),
+        }
+        #[derive(serde::Serialize)]
+        #[allow(dead_code)]
+        enum OldCode {
+            Inline(Vec<u8>),
+        }
+        #[derive(serde::Serialize)]
+        #[allow(dead_code)]
+        enum OldEvent {
+            HelloAck(HelloAck),
+            Queued { position: u32 },
+            Started { job_id: u64, profile: String },
+            Stdout(Vec<u8>),
+            Stderr(Vec<u8>),
+        }
+        let old = |v: &dyn erased::Ser| v.bytes();
+        for data in [
+            vec![],
+            vec![7u8],
+            (0..=255u8).cycle().take(MAX_PAYLOAD_CHUNK).collect(),
+        ] {
+            assert_eq!(
+                encode(&Request::CodeChunk(data.clone())).unwrap(),
+                old(&OldRequest::CodeChunk(data.clone()))
+            );
+            assert_eq!(
+                encode(&Request::Stdin(data.clone())).unwrap(),
+                old(&OldRequest::Stdin(data.clone()))
+            );
+            assert_eq!(
+                encode(&Event::Stdout(data.clone())).unwrap(),
+                old(&OldEvent::Stdout(data.clone()))
+            );
+            assert_eq!(
+                encode(&Event::Stderr(data.clone())).unwrap(),
+                old(&OldEvent::Stderr(data.clone()))
+            );
+            assert_eq!(
+                bincode::serde::encode_to_vec(
+                    Code::Inline(data.clone()),
+                    bincode::config::standard()
+                )
+                .unwrap(),
+                old(&OldCode::Inline(data.clone()))
+            );
+            let frame = encode(&Request::FileChunk(data.clone())).unwrap();
+            assert_eq!(decode::<Request>(&frame).unwrap(), Request::FileChunk(data));
+        }
+    }
+
+    /// The old types' encoding, as `encode` did it (the same bincode configuration).
+    mod erased {
+        pub trait Ser {
+            fn bytes(&self) -> Vec<u8>;
+        }
+        impl<T: serde::Serialize> Ser for T {
+            fn bytes(&self) -> Vec<u8> {
+                bincode::serde::encode_to_vec(self, bincode::config::standard()).unwrap()
+            }
+        }
+    }
+
     #[test]
     fn negotiation_picks_highest_common_version() {
         assert_eq!(negotiate(1, 1), Some(1));

@@ -12,9 +12,9 @@ pub enum Request {
     /// Submit a job. At most one job runs per connection at a time.
     Submit(JobSpec),
     /// A piece of the script when the spec said [`Code::Chunked`].
-    CodeChunk(Vec<u8>),
+    CodeChunk(#[serde(with = "serde_bytes")] Vec<u8>),
     /// Bytes for the job's stdin (only when the spec set `stdin`).
-    Stdin(Vec<u8>),
+    Stdin(#[serde(with = "serde_bytes")] Vec<u8>),
     /// Close the job's stdin.
     StdinEof,
     /// Kill the running job; its outcome still arrives, with reason `Cancelled`.
@@ -54,7 +54,7 @@ pub enum Request {
     ExecCellFiles(Box<ExecCellFiles>),
     /// Protocol 7+: a piece of the input files' bytes (the files of the last
     /// `SubmitFiles`/`ExecCellFiles`, one after the other, each `InputFile::len` long).
-    FileChunk(Vec<u8>),
+    FileChunk(#[serde(with = "serde_bytes")] Vec<u8>),
 }
 
 /// One input file (protocol 7+). The daemon refuses the whole job or cell, before any of
@@ -188,7 +188,7 @@ pub struct JobSpec {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Code {
     /// The whole script in the submit frame.
-    Inline(Vec<u8>),
+    Inline(#[serde(with = "serde_bytes")] Vec<u8>),
     /// The script follows in `CodeChunk` frames adding up to `len` bytes.
     Chunked { len: u64 },
 }
@@ -216,8 +216,8 @@ pub enum Event {
         job_id: u64,
         profile: String,
     },
-    Stdout(Vec<u8>),
-    Stderr(Vec<u8>),
+    Stdout(#[serde(with = "serde_bytes")] Vec<u8>),
+    Stderr(#[serde(with = "serde_bytes")] Vec<u8>),
     /// The job is over; the last event for it.
     Finished(Box<Outcome>),
     /// The request was refused. For a submitted job this ends it.

@@ -292,8 +292,12 @@ fn init(
         nix::unistd::sethostname(&plan.hostname)
             .map_err(|e| SetupError::errno(Step::Sethostname, e))?;
     }
-    let mut code = Vec::new();
-    std::fs::File::from(fds.code)
+    // Sized from the memfd's length: a cold job's input files follow its code there,
+    // and growing the buffer by doubling copied them twice over.
+    let mut code_file = std::fs::File::from(fds.code);
+    let size = code_file.metadata().map_or(0, |m| m.len() as usize);
+    let mut code = Vec::with_capacity(size);
+    code_file
         .read_to_end(&mut code)
         .map_err(|e| SetupError::io(Step::ReadCode, "memfd".as_ref(), &e))?;
     if !plan.kind.is_zygote() {

@@ -1078,12 +1078,9 @@ async fn run_cell(
     let credit_sock = credits.then(|| sock.clone());
     // The input files go first on the cell's stdin: the cell loop places them, then
     // hands the rest of the pipe to the cell.
-    let feeder = tokio::spawn(super::job::feed_stdin(
-        stdin_w,
-        inputs.stream(),
-        stdin,
-        credit_sock,
-    ));
+    let head = inputs.stream();
+    super::job::widen_pipe(&stdin_w, head.len());
+    let feeder = tokio::spawn(super::job::feed_stdin(stdin_w, head, stdin, credit_sock));
     let guard = limits.memory_guard_bytes > 0 && before.memory_bytes < limits.memory_guard_bytes;
     if guard {
         daemon
