@@ -698,7 +698,9 @@ async fn data_science_stacks_from_pypi_install_and_import() {
     let stacks: &[(&[&str], &str)] = &[
         (
             &["pandas", "matplotlib"],
-            "import pandas, matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\nprint(int(pandas.DataFrame({'a': [1, 2, 3]})['a'].sum()))\n",
+            // The sandbox's matplotlib defaults (issue 20): Agg without asking for it, a
+            // default figure of 960 x 720 px, its config and cache on /tmp.
+            "import pandas, matplotlib\nimport matplotlib.pyplot as plt\nfig = plt.figure()\nplt.plot([1, 2])\nfig.savefig('p.png')\nfrom PIL import Image\nprint(int(pandas.DataFrame({'a': [1, 2, 3]})['a'].sum()), matplotlib.get_backend().lower(), Image.open('p.png').size, matplotlib.get_configdir())\n",
         ),
         (
             &["scikit-learn"],
@@ -717,7 +719,13 @@ async fn data_science_stacks_from_pypi_install_and_import() {
             "import duckdb\nprint(duckdb.sql('select 6 * 7').fetchall()[0][0])\n",
         ),
     ];
-    let expected = ["6\n", "2.0\n", "[1, 2, 3]\n", "6\n", "42\n"];
+    let expected = [
+        "6 agg (960, 720) /tmp/matplotlib\n",
+        "2.0\n",
+        "[1, 2, 3]\n",
+        "6\n",
+        "42\n",
+    ];
     for ((pkgs, code), want) in stacks.iter().zip(expected) {
         let mut j = Job::new(*code);
         for p in *pkgs {
@@ -725,6 +733,9 @@ async fn data_science_stacks_from_pypi_install_and_import() {
         }
         let c = ok(&daemon, &j).await;
         assert_eq!(String::from_utf8_lossy(&c.stdout), want, "{pkgs:?}");
+        // (matplotlib warns when it finds no writable config directory.)
+        let stderr = String::from_utf8_lossy(&c.stderr);
+        assert!(!stderr.contains("Matplotlib"), "{pkgs:?}: {stderr}");
         let p = c.packages.unwrap();
         assert!(!p.from_cache, "{p:?}");
         for name in *pkgs {

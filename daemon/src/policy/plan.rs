@@ -31,8 +31,23 @@ fn etc_files() -> Vec<MountStep> {
         file("/etc/hosts", "127.0.0.1 localhost\n::1 localhost\n"),
         file("/etc/hostname", "vivarium\n"),
         file("/etc/resolv.conf", ""),
+        file(MATPLOTLIBRC_PATH, MATPLOTLIBRC),
     ]
 }
+
+/// Where the sandbox's matplotlib defaults are ([`environment`] names it).
+const MATPLOTLIBRC_PATH: &str = "/etc/matplotlibrc";
+
+/// matplotlib's defaults in the sandbox (issue 20): no display, so Agg (named, not found
+/// by probing each GUI toolkit); figures sized for a model's context: the default 6.4 x
+/// 4.8 in at 150 dpi is 960 x 720 px, 0.69 megapixels, within the 1568 px long side and
+/// 1.15 megapixels that vision models take without scaling down.
+const MATPLOTLIBRC: &str = "\
+# Vivarium's matplotlib defaults (docs/profiles.md, \"The environment\").
+backend: Agg
+figure.dpi: 150
+savefig.dpi: figure
+";
 
 /// Host paths are read here (`symlink_metadata`) so that the child never decides.
 pub fn mounts(profile: &Profile) -> Vec<MountStep> {
@@ -174,6 +189,11 @@ pub fn environment(profile: &Profile) -> Vec<(String, String)> {
         ("HOME".to_owned(), "/work".to_owned()),
         ("TMPDIR".to_owned(), "/tmp".to_owned()),
         ("USER".to_owned(), "sandbox".to_owned()),
+        // matplotlib: its defaults (Agg, figure size), and a config and font cache
+        // directory on /tmp (it makes it), so that /work holds only what the job made.
+        ("MPLBACKEND".to_owned(), "Agg".to_owned()),
+        ("MATPLOTLIBRC".to_owned(), MATPLOTLIBRC_PATH.to_owned()),
+        ("MPLCONFIGDIR".to_owned(), "/tmp/matplotlib".to_owned()),
     ];
     let limits = &profile.file.limits;
     if limits.thread_hints && limits.cpu_cores > 0.0 {
@@ -406,6 +426,35 @@ pub fn build_session(
 mod tests {
     use super::*;
     use crate::profile::load_dir;
+
+    #[test]
+    fn matplotlib_gets_agg_a_config_dir_on_tmp_and_figures_within_a_models_budget() {
+        let env = environment(&default_profile());
+        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("MPLBACKEND"), Some("Agg"));
+        assert_eq!(get("MPLCONFIGDIR"), Some("/tmp/matplotlib"));
+        assert_eq!(get("MATPLOTLIBRC"), Some(MATPLOTLIBRC_PATH));
+        let rc = etc_files()
+            .into_iter()
+            .find_map(|m| match m {
+                MountStep::File { path, contents } if path == Path::new(MATPLOTLIBRC_PATH) => {
+                    Some(contents)
+                }
+                _ => None,
+            })
+            .expect("/etc/matplotlibrc");
+        let dpi: f64 = rc
+            .lines()
+            .find_map(|l| l.strip_prefix("figure.dpi:"))
+            .expect("figure.dpi")
+            .trim()
+            .parse()
+            .unwrap();
+        // matplotlib's default figure is 6.4 x 4.8 inches.
+        let (w, h) = (6.4 * dpi, 4.8 * dpi);
+        assert!(w <= 1568.0 && w * h <= 1_150_000.0, "{w} x {h}");
+        assert!(rc.contains("backend: Agg"));
+    }
 
     fn default_profile() -> Profile {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../profiles");
