@@ -36,6 +36,10 @@ pub struct CellRun<'a> {
     pub outcome: &'a CellOutcome,
 }
 
+/// The exception type of a cell whose input files could not be written (the session's
+/// cell loop raises it before the code runs; docs/protocol.md, "Input files").
+pub const INPUT_FILE_ERROR: &str = "vivarium.InputFileError";
+
 /// The result's `reason` for a cell.
 pub fn cell_reason(status: &CellStatus) -> &'static str {
     match status {
@@ -138,6 +142,16 @@ pub fn cell_failure(run: CellRun<'_>) -> Option<String> {
     let o = run.outcome;
     Some(match &o.status {
         CellStatus::Ok => return None,
+        CellStatus::Exception(e) if e.type_name == INPUT_FILE_ERROR => {
+            let message: String = e.message.chars().take(300).collect();
+            format!(
+                "an input file could not be written, so the cell's code did not run (none of \
+                 it): {message}. A file replaces only a regular file at its path, and /work \
+                 must have room for it: move or remove what is there (a directory, a link, \
+                 ...) in a cell first, or send the file to another path. The session and its \
+                 state are kept; the details are in session.exception"
+            )
+        }
         CellStatus::Exception(e) => {
             let message: String = e.message.chars().take(200).collect();
             let colon = if message.is_empty() { "" } else { ": " };
@@ -589,6 +603,34 @@ mod tests {
             .as_str()
             .unwrap()
             .starts_with("Traceback"));
+    }
+
+    /// An input file the cell loop could not write: the code did not run, and the text
+    /// says so (not "what ran before the exception stays done").
+    #[test]
+    fn an_input_file_error_says_the_code_did_not_run() {
+        let mut o = outcome(CellStatus::Exception(CellException {
+            type_name: INPUT_FILE_ERROR.into(),
+            message: "input file \"d\": a directory is there".into(),
+            traceback: "vivarium.InputFileError: input file \"d\": a directory is there (the cell did not run)\n".into(),
+            traceback_truncated: false,
+        }));
+        o.value = None;
+        let r = cell_call_result(run(&o), b"", b"", Budgets::default());
+        assert_eq!(r.is_error, Some(true));
+        let s = structured(&r);
+        assert_eq!(s["reason"], "error");
+        assert_eq!(s["session"]["exception"]["type"], INPUT_FILE_ERROR);
+        assert_eq!(s["session"]["state_kept"], true);
+        let why = text_json(&r)["error"].as_str().unwrap().to_string();
+        assert!(
+            why.starts_with("an input file could not be written, so the cell's code did not run")
+                && why.contains("input file \"d\": a directory is there")
+                && why.contains("another path")
+                && why.contains("state are kept")
+                && !why.contains("what ran before"),
+            "{why}"
+        );
     }
 
     #[test]

@@ -49,10 +49,16 @@
 //! TTL and the lifetime as the daemon's defaults (10 minutes and 1 hour): the daemon's
 //! profile list does not carry a profile's `[session]` limits, and each result states its
 //! own session's expiry.
+//!
+//! # Input files
+//!
+//! `files` (text or base64) go with the job or the cell, checked and decoded first by
+//! [`files::decode`]: see that module and docs/mcp.md, "Input files".
 #![forbid(unsafe_code)]
 
 pub mod cell;
 pub mod excerpt;
+pub mod files;
 pub mod images;
 pub mod limiter;
 pub mod lines;

@@ -261,6 +261,7 @@ impl VivariumServer {
         };
         let mut job = Job::new(args.code).profile(profile.clone());
         job.packages = args.packages.unwrap_or_default();
+        job.files = args.input_files;
         if let Some(t) = args.timeout_seconds {
             job = job.wall_ms(tool::timeout_ms(t));
         }
@@ -548,6 +549,15 @@ fn job_error_text(e: &ClientError) -> String {
                 w.message
             ),
             ErrorCode::LimitOutOfRange => format!("invalid timeout_seconds: {}", w.message),
+            ErrorCode::InvalidInputFile => format!(
+                "invalid input file: {}. Nothing ran. Send fewer or smaller files (by default \
+                 a profile takes {} files, {} MiB per file and {} MiB together), or another \
+                 path",
+                w.message,
+                crate::files::DEFAULT_MAX_FILES,
+                crate::files::DEFAULT_MAX_FILE_BYTES >> 20,
+                crate::files::DEFAULT_MAX_TOTAL_BYTES >> 20,
+            ),
             ErrorCode::ShuttingDown => format!(
                 "the Vivarium daemon is shutting down and takes no new jobs ({}); nothing ran; \
                  retry once it is back",
@@ -555,6 +565,16 @@ fn job_error_text(e: &ClientError) -> String {
             ),
             _ => format!("the daemon refused the job ({:?}): {}", w.code, w.message),
         },
+        ClientError::FilesUnsupported { version } => format!(
+            "this Vivarium daemon speaks protocol {version}, which has no input files (they \
+             need {}): upgrade vivariumd, or omit `files` (and write the data from the code). \
+             Nothing ran.",
+            vivarium_client::FILES_PROTOCOL
+        ),
+        // parse_args checked the files as the client does: these are not expected, but
+        // are still the call's fault, not the connection's.
+        ClientError::InvalidInputFiles(e) => format!("invalid input files: {e}. Nothing ran."),
+        ClientError::TooManyInputFiles { .. } => format!("{e}. Nothing ran."),
         other => format!(
             "the daemon connection failed during the job: {}",
             error_chain(other)
@@ -661,10 +681,12 @@ impl ServerHandler for VivariumServer {
         Err(ErrorData::invalid_request(
             format!(
                 "request too large: its line has {bytes} bytes; this server reads at most {} \
-                 bytes per message. Keep `code` within {} and `stdin` within {} characters.",
+                 bytes per message. Keep `code` within {} and `stdin` within {} characters, \
+                 and the content of `files` well under {} bytes together.",
                 crate::lines::MAX_LINE_BYTES,
                 tool::MAX_CODE_CHARS,
-                tool::MAX_STDIN_CHARS
+                tool::MAX_STDIN_CHARS,
+                crate::lines::MAX_LINE_BYTES,
             ),
             request.params,
         ))
@@ -779,6 +801,36 @@ mod tests {
         let t = start_hint_for(system, 0, system);
         assert!(
             t.contains("`sudo vivariumd --profiles") && !t.contains("allow_uids"),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn input_file_refusals_are_the_calls_fault_and_say_nothing_ran() {
+        let e = ClientError::Refused(vivarium_proto::WireError {
+            code: ErrorCode::InvalidInputFile,
+            message: "input file \"big.bin\" is 20000000 bytes, and profile \"default\" allows \
+                      at most 16777216 per file (files.max_input_file_bytes)"
+                .into(),
+        });
+        let t = job_error_text(&e);
+        assert!(
+            t.starts_with("invalid input file: input file \"big.bin\" is 20000000 bytes")
+                && t.contains("Nothing ran")
+                && t.contains("16 MiB per file"),
+            "{t}"
+        );
+        let t = job_error_text(&ClientError::FilesUnsupported { version: 6 });
+        assert!(
+            t.contains("protocol 6") && t.contains("need 7") && t.contains("omit `files`"),
+            "{t}"
+        );
+        let t = job_error_text(&ClientError::TooManyInputFiles {
+            files: 900,
+            paths_bytes: 60_000,
+        });
+        assert!(
+            t.contains("900 input files") && !t.contains("connection failed"),
             "{t}"
         );
     }

@@ -6,10 +6,11 @@ use std::sync::Arc;
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool, ToolAnnotations};
 use rmcp::schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use vivarium_client::{format_bytes, limit_name, Outcome, ProfileInfo};
+use vivarium_client::{format_bytes, limit_name, InputFileData, Outcome, ProfileInfo};
 use vivarium_proto::{ExitStatus, ProfileFeatures, Reason};
 
 use crate::excerpt::{excerpt_weighted, StreamExcerpt};
+use crate::files::FileArg;
 use crate::session::SessionArg;
 
 pub const TOOL_NAME: &str = "run_python";
@@ -67,6 +68,14 @@ pub struct RunPythonArgs {
     /// state is then lost.
     #[serde(default)]
     pub session_id: Option<String>,
+    /// Input files to place under /work before the code runs (the description in the
+    /// schema is [`crate::files::description`]).
+    #[serde(default)]
+    pub files: Option<Vec<FileArg>>,
+    /// The files, checked and decoded by [`parse_args`] (which empties `files`).
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub input_files: Vec<InputFileData>,
 }
 
 impl RunPythonArgs {
@@ -223,11 +232,16 @@ pub fn parse_args(arguments: Option<JsonObject>) -> Result<RunPythonArgs, String
             ));
         }
     }
+    let mut args = args;
+    if let Some(files) = args.files.take() {
+        args.input_files = crate::files::decode(files, args.session_id.is_none())
+            .map_err(|e| format!("invalid arguments for {TOOL_NAME}: {e} Nothing ran."))?;
+    }
     Ok(args)
 }
 
 /// The parameters and what each must be, in the schema's words.
-const PARAMETERS: [(&str, &str); 6] = [
+const PARAMETERS: [(&str, &str); 7] = [
     ("code", "a string of Python source"),
     ("stdin", "a string"),
     ("timeout_seconds", "a number of seconds greater than 0"),
@@ -236,6 +250,10 @@ const PARAMETERS: [(&str, &str); 6] = [
     (
         "session_id",
         "a string: \"new\", or the session_id of an earlier result",
+    ),
+    (
+        "files",
+        "an array of objects {\"path\": ..., \"content\": ..., \"encoding\": \"text\" or \"base64\"}",
     ),
 ];
 
@@ -267,6 +285,13 @@ fn check_types(arguments: &JsonObject) -> Result<(), String> {
             ("timeout_seconds", v) => v.is_number(),
             ("packages", Value::Array(items)) => items.iter().all(Value::is_string),
             ("packages", _) => false,
+            ("files", Value::Array(items)) => {
+                for (i, item) in items.iter().enumerate() {
+                    check_file_item(i, item, kind)?;
+                }
+                true
+            }
+            ("files", _) => false,
             (_, v) => v.is_string(),
         };
         if !fits {
@@ -284,6 +309,64 @@ fn check_types(arguments: &JsonObject) -> Result<(), String> {
         return Err("missing field `code` (a string of Python source)".into());
     }
     Ok(())
+}
+
+/// Check one item of `files` as the schema describes it, naming it by its index (and its
+/// path when it has one).
+fn check_file_item(
+    i: usize,
+    item: &serde_json::Value,
+    kind: fn(&serde_json::Value) -> &'static str,
+) -> Result<(), String> {
+    use serde_json::Value;
+    const FIELDS: &str = "`path` (a string), `content` (a string) and optionally `encoding` \
+                          (\"text\" or \"base64\")";
+    let Value::Object(fields) = item else {
+        return Err(format!(
+            "`files[{i}]` must be an object with {FIELDS}, got {}",
+            kind(item)
+        ));
+    };
+    let name = match fields.get("path") {
+        Some(Value::String(p)) => format!("`files[{i}]` ({p:?})"),
+        _ => format!("`files[{i}]`"),
+    };
+    if let Some(other) = fields
+        .keys()
+        .find(|k| !["path", "content", "encoding"].contains(&k.as_str()))
+    {
+        let mode = if other == "mode" {
+            " (files are always mode 0644)"
+        } else {
+            ""
+        };
+        return Err(format!(
+            "{name} has an unknown field `{other}`{mode}; a file has {FIELDS}"
+        ));
+    }
+    for field in ["path", "content"] {
+        match fields.get(field) {
+            Some(Value::String(_)) => {}
+            None => return Err(format!("{name} has no `{field}`; a file has {FIELDS}")),
+            Some(v) => {
+                return Err(format!(
+                    "{name}: `{field}` must be a string, got {}",
+                    kind(v)
+                ))
+            }
+        }
+    }
+    match fields.get("encoding") {
+        None | Some(Value::Null) => Ok(()),
+        Some(Value::String(e)) if e == "text" || e == "base64" => Ok(()),
+        Some(Value::String(e)) => Err(format!(
+            "{name}: `encoding` must be \"text\" or \"base64\", got {e:?}"
+        )),
+        Some(v) => Err(format!(
+            "{name}: `encoding` must be \"text\" or \"base64\", got {}",
+            kind(v)
+        )),
+    }
 }
 
 /// Milliseconds for a timeout in seconds, rounded up, at least 1.
@@ -631,6 +714,10 @@ fn constrain_input(schema: &mut JsonObject, usable: &[&ProfileInfo]) {
     if let Some(serde_json::Value::Object(p)) = props.get_mut("packages") {
         p.insert("maxItems".into(), MAX_PACKAGES.into());
     }
+    if let Some(serde_json::Value::Object(p)) = props.get_mut("files") {
+        p.insert("maxItems".into(), crate::files::MAX_FILES.into());
+        p.insert("description".into(), crate::files::description().into());
+    }
     for (name, max) in [("code", MAX_CODE_CHARS), ("stdin", MAX_STDIN_CHARS)] {
         if let Some(serde_json::Value::Object(p)) = props.get_mut(name) {
             p.insert("maxLength".into(), max.into());
@@ -724,8 +811,9 @@ pub fn description(
         "Run a Python {python} script in a fresh, disposable Linux sandbox and return its exit \
          code, stdout, stderr and resource use. Each call starts clean: {network}, no state \
          between calls unless it names a session, writable /work and /tmp only, no pip; \
-         {limits}.{packages_text} A Python exception or a limit hit is reported as an error \
-         with the traceback or the reason. The result is JSON (exit_code, reason, stdout, stderr, \
+         {limits}.{packages_text} Input files (text or base64) can be sent in `files`: they \
+         are placed under /work, where the code opens them by their relative path. A Python \
+         exception or a limit hit is reported as an error with the traceback or the reason. The result is JSON (exit_code, reason, stdout, stderr, \
          usage): structuredContent keeps up to {out} characters of each stream (head and \
          tail); the text content is the same JSON, led by \"error\" when the run failed, \
          with excerpts cut so that the whole text stays within {text} characters.\n\
@@ -738,6 +826,8 @@ pub fn description(
          Examples: {{\"code\": \"print(sum(range(10)))\"}}; \
          {{\"code\": \"import sys; print(sys.stdin.read().upper())\", \"stdin\": \"hi\"}}; \
          {{\"code\": \"import time; time.sleep(5)\", \"timeout_seconds\": 2}}; \
+         {{\"code\": \"import csv; print(list(csv.reader(open('in.csv'))))\", \"files\": \
+         [{{\"path\": \"in.csv\", \"content\": \"a,b\\n1,2\\n\"}}]}}; \
          {{\"code\": \"data = list(range(10))\", \"session_id\": \"new\"}} then \
          {{\"code\": \"sum(data)\", \"session_id\": \"mcp_...\"}}{packages_example}",
         out = budgets.output_chars,
@@ -1521,6 +1611,137 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(ok.stdin, None);
+    }
+
+    /// `files`: text and base64 decoded by parse_args, every malformed item a tool error
+    /// naming it in the schema's words, and the parameter described with its caps.
+    #[test]
+    fn files_are_parsed_checked_and_described() {
+        let args = |v: serde_json::Value| parse_args(v.as_object().cloned());
+        let ok = args(serde_json::json!({
+            "code": "1",
+            "files": [
+                {"path": "data/sales.csv", "content": "a,b\n1,2\n"},
+                {"path": "x.bin", "content": "AP8=", "encoding": "base64"},
+                {"path": "t.txt", "content": "é", "encoding": "text"},
+                {"path": "n.txt", "content": "", "encoding": null},
+            ]
+        }))
+        .unwrap();
+        assert_eq!(ok.files, None, "parse_args takes the raw files");
+        let got: Vec<(&str, &[u8])> = ok
+            .input_files
+            .iter()
+            .map(|f| (f.path.as_str(), f.data.as_slice()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("data/sales.csv", &b"a,b\n1,2\n"[..]),
+                ("x.bin", &[0, 255][..]),
+                ("t.txt", "é".as_bytes()),
+                ("n.txt", &b""[..]),
+            ]
+        );
+        assert!(args(serde_json::json!({"code": "1", "files": null}))
+            .unwrap()
+            .input_files
+            .is_empty());
+        // A session's cell may carry files, and main.py is then an ordinary name.
+        let cell = args(serde_json::json!({"code": "1", "session_id": "new",
+            "files": [{"path": "main.py", "content": "x"}]}))
+        .unwrap();
+        assert_eq!(cell.input_files.len(), 1);
+        for (files, needle) in [
+            (
+                serde_json::json!("a.csv"),
+                "`files` must be an array of objects {\"path\"",
+            ),
+            (
+                serde_json::json!(["a.csv"]),
+                "`files[0]` must be an object with `path` (a string), `content` (a string)",
+            ),
+            (
+                serde_json::json!([{"path": "a"}]),
+                "`files[0]` (\"a\") has no `content`",
+            ),
+            (
+                serde_json::json!([{"content": "x"}]),
+                "`files[0]` has no `path`",
+            ),
+            (
+                serde_json::json!([{"path": 1, "content": "x"}]),
+                "`files[0]`: `path` must be a string, got a number",
+            ),
+            (
+                serde_json::json!([{"path": "a", "content": "x", "mode": 420}]),
+                "unknown field `mode` (files are always mode 0644)",
+            ),
+            (
+                serde_json::json!([{"path": "a", "content": "x", "encoding": "utf8"}]),
+                "`files[0]` (\"a\"): `encoding` must be \"text\" or \"base64\", got \"utf8\"",
+            ),
+            (
+                serde_json::json!([{"path": "a", "content": "x"}, {"path": "b", "content": "%%", "encoding": "base64"}]),
+                "files[1] (\"b\"): `content` is not valid base64",
+            ),
+            (
+                serde_json::json!([{"path": "../a", "content": "x"}]),
+                "input file \"../a\": the path has a `.` or `..` component",
+            ),
+            (
+                serde_json::json!([{"path": "a", "content": "x"}, {"path": "a", "content": "y"}]),
+                "input file \"a\" is given twice",
+            ),
+            (
+                serde_json::json!([{"path": "main.py", "content": "x"}]),
+                "/work/main.py is the script itself",
+            ),
+        ] {
+            let e = args(serde_json::json!({"code": "1", "files": files.clone()})).unwrap_err();
+            assert!(
+                e.starts_with("invalid arguments for run_python: ") && e.contains(needle),
+                "{files}: {e}"
+            );
+            for rust in ["Vec", "FileArg", "Encoding", "sequence", "struct"] {
+                assert!(!e.contains(rust), "{files}: {e}");
+            }
+        }
+        let e =
+            args(serde_json::json!({"code": "1", "files": [{"path": "/etc/x", "content": ""}]}))
+                .unwrap_err();
+        assert!(e.ends_with("Nothing ran."), "{e}");
+        // Described, bounded, inline (no $ref), and named in the tool description.
+        let t = tool(
+            Some(&[profile("default", false)]),
+            None,
+            "default",
+            Budgets::default(),
+        );
+        let input = serde_json::Value::Object((*t.input_schema).clone());
+        let p = &input["properties"]["files"];
+        assert_eq!(p["type"], "array");
+        assert_eq!(p["maxItems"], crate::files::MAX_FILES);
+        assert_eq!(
+            p["items"]["required"],
+            serde_json::json!(["path", "content"])
+        );
+        assert_eq!(
+            p["items"]["properties"]["encoding"]["enum"],
+            serde_json::json!(["text", "base64"])
+        );
+        assert!(!input.to_string().contains("$ref"), "{input}");
+        let d = p["description"].as_str().unwrap();
+        assert!(
+            d.contains("relative to /work") && d.contains("16 MiB per file"),
+            "{d}"
+        );
+        assert_eq!(input["required"], serde_json::json!(["code"]));
+        let desc = t.description.unwrap();
+        assert!(
+            desc.contains("`files`") && desc.contains("\"files\": [{\"path\": \"in.csv\""),
+            "{desc}"
+        );
     }
 
     #[test]

@@ -1,9 +1,11 @@
 //! A real MCP client drives `vivarium-mcp` against a real `vivariumd`: the official Python
 //! MCP SDK runs `tests/clients/sdk_client.py` (list tools, validate schemas, run code, check
 //! structuredContent, progress, cancellation with no job left, rate and concurrency limits,
-//! bad arguments, no daemon, stdin EOF; a session: open with `x = 1`, cells that keep
-//! state and return values, exception, timeout and cancel keeping it, ids bound to the
-//! server instance, close, the typed idle expiry, a daemon handle handed over).
+//! bad arguments, input files (text and base64, bad ones, the daemon's refusal), no
+//! daemon, stdin EOF; a session: open with `x = 1`, cells that keep state and return
+//! values, input files that persist and are replaced, `vivarium.InputFileError`,
+//! exception, timeout and cancel keeping it, ids bound to the server instance, close, the
+//! typed idle expiry, a daemon handle handed over).
 //!
 //! Needs root (the daemon does) and a Python with the `mcp` package: `$VIVARIUM_MCP_PYTHON`,
 //! else `<target>/mcp-venv/bin/python` (`.ci/run` creates it from

@@ -128,6 +128,7 @@ impl VivariumServer {
             }
         };
         let mut cell = Cell::new(handle, args.code);
+        cell.files = args.input_files;
         if let Some(t) = args.timeout_seconds {
             cell = cell.wall_ms(tool::timeout_ms(t));
         }

@@ -135,7 +135,7 @@ async def list_and_validate(s: ClientSession) -> Tool:
     # (from PyPI on the stock profiles, so the tool is open-world), without it the
     # parameter is not advertised at all.
     with_packages = bool(ARGS.packages_profile)
-    expected_props = {"code", "stdin", "timeout_seconds", "profile", "session_id"} | ({"packages"} if with_packages else set())
+    expected_props = {"code", "stdin", "timeout_seconds", "profile", "session_id", "files"} | ({"packages"} if with_packages else set())
     check(set(props) == expected_props, "parameters", props)
     if with_packages:
         check(props["packages"]["type"] == "array" and props["packages"]["items"] == {"type": "string"},
@@ -175,6 +175,12 @@ async def list_and_validate(s: ClientSession) -> Tool:
     python = f"Python {sys.version_info.major}.{sys.version_info.minor} script"
     for needle in ("no network", python, "30 s wall", "Examples", "session_id", "10 minutes", "1 hour", "state is then lost", "close_session"):
         check(needle in d, f"description mentions {needle!r}", d)
+    fp = props["files"]
+    check(fp["type"] == "array" and fp["items"]["required"] == ["path", "content"]
+          and fp["items"]["properties"]["encoding"]["enum"] == ["text", "base64"] and fp["maxItems"] >= 100,
+          "files is an array of {path, content, encoding}", fp)
+    for needle in ("relative to /work", "100 files", "16 MiB per file", "32 MiB together", "replaced"):
+        check(needle in fp["description"], f"files' description mentions {needle!r}", fp["description"])
     sd = props["session_id"]["description"]
     for needle in ("\"new\"", "10 minutes", "1 hour", "lost", "expired"):
         check(needle in sd, f"session_id's description mentions {needle!r}", sd)
@@ -200,6 +206,44 @@ async def main_session() -> None:
         r = await call(s, {"code": "import sys; print(sys.stdin.read().upper())", "stdin": "hello"})
         check(tool.valid(r)["stdout"]["text"] == "HELLO\n", "stdin is fed", r)
         ok("stdin")
+
+        # Input files: a CSV as text and a small binary file as base64, read by the code.
+        import base64
+
+        blob = bytes([0, 1, 2, 253, 254, 255]) + "é".encode()
+        code = (
+            "import csv, hashlib\n"
+            "rows = list(csv.DictReader(open('data/sales.csv', encoding='utf-8')))\n"
+            "print(sum(int(r['total']) for r in rows), rows[-1]['region'])\n"
+            "b = open('bin/blob.bin', 'rb').read()\n"
+            "print(len(b), hashlib.sha256(b).hexdigest())\n"
+        )
+        r = await call(s, {"code": code, "files": [
+            {"path": "data/sales.csv", "content": "region,total\nnorth,10\nsüd,32\n"},
+            {"path": "bin/blob.bin", "content": base64.b64encode(blob).decode(), "encoding": "base64"},
+        ]})
+        sc = tool.valid(r)
+        import hashlib
+
+        want = f"42 süd\n{len(blob)} {hashlib.sha256(blob).hexdigest()}\n"
+        check(r.get("isError") is False and sc["stdout"]["text"] == want, "the files are there, byte for byte", r)
+        for bad, needle in [
+            ({"path": "x.bin", "content": "AAH/\nAAH/", "encoding": "base64"}, 'files[0] ("x.bin"): `content` is not valid base64 (a line break at offset 4)'),
+            ({"path": "../x", "content": "x"}, 'input file "../x": the path has a `.` or `..` component'),
+            ({"path": "/etc/x", "content": "x"}, "relative to /work"),
+            ({"path": "x", "content": "x", "encoding": "utf8"}, "`encoding` must be \"text\" or \"base64\""),
+        ]:
+            r = await call(s, {"code": "print('ran')", "files": [bad]})
+            t = text_of(r)
+            check(r.get("isError") is True and needle in t and "structuredContent" not in r
+                  and ("Nothing ran" in t or "encoding" in bad),
+                  f"bad file {bad} -> tool error with {needle!r}", r)
+        # Past the profile's bound (100 files by default): the daemon's refusal, as a tool error.
+        r = await call(s, {"code": "print('ran')", "files": [{"path": f"f{i}", "content": ""} for i in range(101)]})
+        t = text_of(r)
+        check(r.get("isError") is True and t.startswith("invalid input file: 101 input files") and "max_input_files" in t
+              and "Nothing ran" in t, "the daemon's refusal is a tool error with its message", r)
+        ok("files: a CSV as text and a binary as base64 read by the code; bad base64, bad paths and the daemon's refusal are tool errors")
 
         r = await call(s, {"code": "def f():\n    1/0\nf()\n"})
         sc = tool.valid(r)
@@ -390,6 +434,28 @@ async def sessions_session() -> None:
             check(sc["stdout"]["text"] == out, f"cell {n}'s stdout", sc["stdout"])
             check(json.loads(text_of(r))["session"]["value"] == value, f"cell {n}'s value is in the text too", text_of(r))
         ok("session: opened with x = 1, three cells keep the state and return their values")
+
+        # Files in a session: sent with one call, still in /work for the next; a file at
+        # the same path is replaced; what is not a regular file there is not, and the cell
+        # does not run.
+        r = await call(s, {"code": "open('notes/a.txt').read()", "session_id": sid,
+                           "files": [{"path": "notes/a.txt", "content": "v1"}]})
+        check(r.get("isError") is False and tool.valid(r)["session"]["value"] == "'v1'", "a cell's file", r)
+        r = await call(s, {"code": "import os\nos.mkdir('adir')\nopen('notes/a.txt').read()", "session_id": sid})
+        check(r.get("isError") is False and tool.valid(r)["session"]["value"] == "'v1'", "the next cell still reads it", r)
+        r = await call(s, {"code": "open('notes/a.txt').read()", "session_id": sid,
+                           "files": [{"path": "notes/a.txt", "content": "djI=", "encoding": "base64"}]})
+        check(tool.valid(r)["session"]["value"] == "'v2'", "a file at the same path is replaced", r)
+        r = await call(s, {"code": "ran = True", "session_id": sid, "files": [{"path": "adir", "content": "x"}]})
+        sc = tool.valid(r)
+        e = sc["session"]["exception"]
+        why = json.loads(text_of(r))["error"]
+        check(r.get("isError") is True and e["type"] == "vivarium.InputFileError" and "adir" in e["message"]
+              and sc["session"]["state_kept"] is True, "a directory at the path: vivarium.InputFileError", r)
+        check("did not run" in why and "adir" in why, "the text says the code did not run", why)
+        r = await call(s, {"code": "'ran' in globals(), x", "session_id": sid})
+        check(tool.valid(r)["session"]["value"] == "(False, 2)", "nothing of that cell ran; the state is there", r)
+        ok(f"session files: persist between calls, replaced at the same path; {why[:90]!r}...")
 
         r = await call(s, {"code": "def f():\n    1/0\nf()", "session_id": sid})
         sc = tool.valid(r)
