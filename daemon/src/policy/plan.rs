@@ -638,6 +638,9 @@ mod tests {
                 ("HOME".into(), "/work".into()),
                 ("TMPDIR".into(), "/tmp".into()),
                 ("USER".into(), "sandbox".into()),
+                ("MPLBACKEND".into(), "Agg".into()),
+                ("MATPLOTLIBRC".into(), "/etc/matplotlibrc".into()),
+                ("MPLCONFIGDIR".into(), "/tmp/matplotlib".into()),
                 // limits.thread_hints, with cpu_cores = 1.0
                 ("OMP_NUM_THREADS".into(), "1".into()),
                 ("OPENBLAS_NUM_THREADS".into(), "1".into()),

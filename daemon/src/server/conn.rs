@@ -136,6 +136,35 @@ enum Submission {
 }
 
 impl Submission {
+    /// The submission a request makes (one of `Submit`, `SubmitWith`, `SubmitFiles`,
+    /// `ExecCell`, `ExecCellFiles`) on a connection of `version`.
+    fn from_request(req: Request, version: u32) -> Submission {
+        let ask = |explicit| PackageAsk {
+            explicit,
+            inline: true,
+        };
+        match req {
+            // PEP 723 blocks are read for version-2 clients only: a version-1 client's
+            // job runs exactly as it always did.
+            Request::Submit(spec) => Submission::Job(
+                spec,
+                PackageAsk {
+                    explicit: Vec::new(),
+                    inline: version >= 2,
+                },
+                Vec::new(),
+            ),
+            Request::SubmitWith(w) => Submission::Job(w.spec, ask(w.packages), Vec::new()),
+            Request::SubmitFiles(w) => {
+                let w = *w;
+                Submission::Job(w.spec, ask(w.packages), w.files)
+            }
+            Request::ExecCell(cell) => Submission::Cell(*cell, Vec::new()),
+            Request::ExecCellFiles(c) => Submission::Cell(c.cell, c.files),
+            _ => unreachable!("only the submissions are passed here"),
+        }
+    }
+
     fn code(&self) -> &Code {
         match self {
             Submission::Job(spec, ..) => &spec.code,
@@ -537,31 +566,6 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket, peer: Peer) {
                 )
                 .await;
             }
-            (req @ (Request::Submit(_) | Request::SubmitWith(_)), Some(v)) => {
-                let (spec, ask) = match req {
-                    Request::SubmitWith(w) => (
-                        w.spec,
-                        PackageAsk {
-                            explicit: w.packages,
-                            inline: true,
-                        },
-                    ),
-                    Request::Submit(spec) => (
-                        spec,
-                        PackageAsk {
-                            explicit: Vec::new(),
-                            // PEP 723 blocks are read for version-2 clients only: a
-                            // version-1 client's job runs exactly as it always did.
-                            inline: v >= 2,
-                        },
-                    ),
-                    _ => unreachable!("matched above"),
-                };
-                let what = Submission::Job(spec, ask, Vec::new());
-                if !submit(&daemon, &sock, &peer, v, what, &mut running, &mut receiving).await {
-                    break;
-                }
-            }
             (
                 Request::SubmitFiles(_) | Request::ExecCellFiles(_) | Request::FileChunk(_),
                 Some(v),
@@ -572,56 +576,6 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket, peer: Peer) {
                     "input files need protocol version 7",
                 )
                 .await;
-            }
-            (Request::SubmitFiles(w), Some(v)) => {
-                let w = *w;
-                let ask = PackageAsk {
-                    explicit: w.packages,
-                    inline: true,
-                };
-                let what = Submission::Job(w.spec, ask, w.files);
-                if !submit(&daemon, &sock, &peer, v, what, &mut running, &mut receiving).await {
-                    break;
-                }
-            }
-            (Request::ExecCellFiles(c), Some(v)) => {
-                let c = *c;
-                let what = Submission::Cell(c.cell, c.files);
-                if !submit(&daemon, &sock, &peer, v, what, &mut running, &mut receiving).await {
-                    break;
-                }
-            }
-            (Request::FileChunk(chunk), Some(v)) => {
-                let chunk = Chunk::Files(chunk);
-                if !on_chunk(
-                    &daemon,
-                    &sock,
-                    &peer,
-                    v,
-                    chunk,
-                    &mut running,
-                    &mut receiving,
-                )
-                .await
-                {
-                    break;
-                }
-            }
-            (Request::CodeChunk(chunk), Some(v)) => {
-                let chunk = Chunk::Code(chunk);
-                if !on_chunk(
-                    &daemon,
-                    &sock,
-                    &peer,
-                    v,
-                    chunk,
-                    &mut running,
-                    &mut receiving,
-                )
-                .await
-                {
-                    break;
-                }
             }
             (Request::Stdin(data), Some(_)) => {
                 // Stdin, StdinEof and Cancel carry no job id and may cross `Finished` in
@@ -682,9 +636,27 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket, peer: Peer) {
             (Request::ListSessions, Some(_)) => {
                 super::sessions::list(&daemon, &sock, peer.uid).await;
             }
-            (Request::ExecCell(cell), Some(v)) => {
-                let what = Submission::Cell(*cell, Vec::new());
+            (
+                req @ (Request::Submit(_)
+                | Request::SubmitWith(_)
+                | Request::SubmitFiles(_)
+                | Request::ExecCell(_)
+                | Request::ExecCellFiles(_)),
+                Some(v),
+            ) => {
+                let what = Submission::from_request(req, v);
                 if !submit(&daemon, &sock, &peer, v, what, &mut running, &mut receiving).await {
+                    break;
+                }
+            }
+            (req @ (Request::CodeChunk(_) | Request::FileChunk(_)), Some(v)) => {
+                let chunk = match req {
+                    Request::CodeChunk(c) => Chunk::Code(c),
+                    Request::FileChunk(c) => Chunk::Files(c),
+                    _ => unreachable!("matched above"),
+                };
+                let (d, p) = (&daemon, &peer);
+                if !on_chunk(d, &sock, p, v, chunk, &mut running, &mut receiving).await {
                     break;
                 }
             }
