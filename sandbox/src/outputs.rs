@@ -15,8 +15,8 @@
 //! everything under `/work/out`). A pattern is a `/`-separated path relative to `/work`,
 //! normalized as an input path is ([`check_pattern`]: not empty, not absolute, no empty,
 //! `.` or `..` component, no NUL or control character, at most 1024 bytes and 255 per
-//! component; at most [`MAX_PATTERNS`] patterns). It is matched against a path component
-//! by component:
+//! component; at most [`MAX_PATTERNS`] patterns, [`MAX_PATTERNS_BYTES`] together). It
+//! is matched against a path component by component:
 //!
 //! - a component that is exactly `**` matches zero or more whole components;
 //! - in any other component, `*` matches any run of characters (including none), `?`
@@ -141,6 +141,9 @@ pub const MAX_SKIPPED: u32 = 10_000;
 pub const MAX_PATH: usize = 4096;
 /// Patterns at most.
 pub const MAX_PATTERNS: usize = 64;
+/// The patterns' bytes together at most (matching costs up to pattern bytes x path
+/// bytes per path, paid by the daemon too for each record it re-checks).
+pub const MAX_PATTERNS_BYTES: usize = 4096;
 /// What is returned when a job names no pattern.
 pub const DEFAULT_PATTERNS: &[&str] = &["out/**"];
 
@@ -169,6 +172,8 @@ pub struct CollectStats {
 pub enum PatternError {
     #[error("more than {MAX_PATTERNS} output patterns")]
     TooMany,
+    #[error("the output patterns are longer than {MAX_PATTERNS_BYTES} bytes together")]
+    TooLong,
     #[error("output pattern {pattern:?}: {error}")]
     Pattern {
         pattern: String,
@@ -198,6 +203,9 @@ pub fn check_pattern(pattern: &str) -> Result<(), InputPathError> {
 pub fn check_patterns(patterns: &[String]) -> Result<(), PatternError> {
     if patterns.len() > MAX_PATTERNS {
         return Err(PatternError::TooMany);
+    }
+    if patterns.iter().map(String::len).sum::<usize>() > MAX_PATTERNS_BYTES {
+        return Err(PatternError::TooLong);
     }
     for p in patterns {
         check_pattern(p).map_err(|error| PatternError::Pattern {
@@ -383,9 +391,12 @@ struct Walk<'a, W: Write> {
 /// Whether the walk goes on.
 type Flow = Result<bool, CollectError>;
 
+/// A directory and its names, sorted.
+type Listing = (Dir, Vec<Vec<u8>>);
+
 impl<W: Write> Walk<'_, W> {
     /// A directory's names, sorted; `None` when the visit limit stops the walk.
-    fn list(&mut self, fd: OwnedFd) -> Result<Option<(Dir, Vec<Vec<u8>>)>, Errno> {
+    fn list(&mut self, fd: OwnedFd) -> Result<Option<Listing>, Errno> {
         let mut dir = Dir::from_fd(fd)?;
         let mut names = Vec::new();
         for entry in dir.iter() {
@@ -722,6 +733,47 @@ mod tests {
         read_bundle(&r)
     }
 
+    /// A FIFO with a writer blocked in open(2) until something opens it to read: had a
+    /// collector opened it (with `O_NONBLOCK` or not), the writer's open would return.
+    struct FifoWatch {
+        path: std::path::PathBuf,
+        opened: std::sync::Arc<std::sync::atomic::AtomicBool>,
+        writer: std::thread::JoinHandle<()>,
+    }
+
+    impl FifoWatch {
+        fn new(path: &Path) -> Self {
+            nix::unistd::mkfifo(path, Mode::from_bits_truncate(0o644)).unwrap();
+            let opened = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let (p, o) = (path.to_path_buf(), opened.clone());
+            let writer = std::thread::spawn(move || {
+                let _w = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+                o.store(true, std::sync::atomic::Ordering::SeqCst);
+            });
+            std::thread::sleep(Duration::from_millis(100)); // the writer is in open(2)
+            FifoWatch {
+                path: path.to_path_buf(),
+                opened,
+                writer,
+            }
+        }
+
+        fn assert_never_opened(self) {
+            std::thread::sleep(Duration::from_millis(100));
+            let opened = self.opened.load(std::sync::atomic::Ordering::SeqCst);
+            assert!(!opened, "{:?} was opened", self.path);
+            // Let the writer go: now it is opened, and the watch sees it.
+            let _r = nix::fcntl::open(
+                &self.path,
+                OFlag::O_RDONLY | OFlag::O_NONBLOCK,
+                Mode::empty(),
+            )
+            .unwrap();
+            self.writer.join().unwrap();
+            assert!(self.opened.load(std::sync::atomic::Ordering::SeqCst));
+        }
+    }
+
     fn summary(recs: &[Rec]) -> Vec<(u8, String)> {
         recs.iter()
             .map(|r| (r.tag, String::from_utf8_lossy(&r.path).into_owned()))
@@ -847,6 +899,10 @@ mod tests {
             check_patterns(&vec!["a".to_string(); MAX_PATTERNS + 1]),
             Err(PatternError::TooMany)
         );
+        assert_eq!(
+            check_patterns(&vec!["a".repeat(1000); 5]),
+            Err(PatternError::TooLong)
+        );
         let dir = tempfile::tempdir().unwrap();
         let e = collect(dir.path(), &pats(&["../x"]), &CAPS, &mut Vec::new()).unwrap_err();
         assert!(matches!(e, CollectError::Pattern(_)), "{e}");
@@ -889,12 +945,13 @@ mod tests {
         std::os::unix::fs::symlink("/etc/shadow", w.join("out/shadow")).unwrap();
         std::os::unix::fs::symlink(&secret, w.join("out/secret")).unwrap();
         std::os::unix::fs::symlink(outside.path(), w.join("out/dirlink")).unwrap();
-        nix::unistd::mkfifo(&w.join("out/fifo"), Mode::from_bits_truncate(0o644)).unwrap();
+        let fifo = FifoWatch::new(&w.join("out/fifo"));
         let _sock = std::os::unix::net::UnixListener::bind(w.join("out/sock")).unwrap();
         let invalid = std::ffi::OsStr::from_bytes(b"out/\xff\xfename");
         std::fs::write(w.join(invalid), b"raw name").unwrap();
 
         let (recs, omitted, flags) = both(w, &[], &CAPS, LIMITS);
+        fifo.assert_never_opened();
         assert_eq!((omitted, flags), (0, 0));
         let got = summary(&recs);
         let want: Vec<(u8, String)> = [
@@ -1080,9 +1137,7 @@ mod tests {
         let rw = Mode::from_bits_truncate(0o666);
         mknod(&w.join("out/null"), SFlag::S_IFCHR, rw, makedev(1, 3)).unwrap();
         mknod(&w.join("out/loop"), SFlag::S_IFBLK, rw, makedev(7, 0)).unwrap();
-        // A FIFO without a writer: opening it to read would block the collector forever,
-        // so the collection finishing (under the timeouts of `both`) proves it was not.
-        nix::unistd::mkfifo(&w.join("out/pipe"), rw).unwrap();
+        let pipe = FifoWatch::new(&w.join("out/pipe"));
         std::fs::write(w.join("out/locked"), b"secret").unwrap();
         std::fs::set_permissions(
             w.join("out/locked"),
@@ -1092,6 +1147,7 @@ mod tests {
         std::fs::write(w.join("out/open"), b"ok").unwrap();
         std::fs::set_permissions(w, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
         let (recs, _, _) = both(w, &[], &CAPS, LIMITS);
+        pipe.assert_never_opened();
         let got: Vec<(u8, String, Option<u32>)> = recs
             .iter()
             .map(|r| (r.tag, String::from_utf8_lossy(&r.path).into(), r.errno))
