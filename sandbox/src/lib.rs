@@ -84,6 +84,7 @@ pub mod inputs;
 pub mod ipc;
 pub mod landlock;
 pub mod mount;
+pub mod outputs;
 pub mod plan;
 pub mod report;
 pub mod rlimit;

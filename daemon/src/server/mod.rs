@@ -3,6 +3,9 @@
 //! privileged step; those are the spawner's.
 
 pub mod activation;
+// Not wired yet: the parser of output bundles (`vivarium_sandbox::outputs`).
+#[allow(dead_code)]
+mod artifacts;
 mod auth;
 pub use auth::{resolve_groups, UnknownGroup};
 pub(crate) mod cell_link;
