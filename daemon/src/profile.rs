@@ -611,6 +611,15 @@ impl Profile {
                 format!("must be at most {MAX_INPUT_FILES}"),
             ));
         }
+        if fs.max_input_file_bytes > file.limits.fsize_bytes {
+            return Err(bad(
+                "files.max_input_file_bytes",
+                format!(
+                    "must be at most limits.fsize_bytes ({}): a warm sandbox or a session writes its files under that limit",
+                    file.limits.fsize_bytes
+                ),
+            ));
+        }
         if fs
             .max_input_bytes
             .is_some_and(|b| b >= file.filesystem.work_size_bytes)
@@ -1162,6 +1171,48 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    /// `[files]`: bounds that /work and the file-size limit can hold, and input files
+    /// checked against them with the file named.
+    #[test]
+    fn files_bounds_are_checked_and_enforced() {
+        let with = |extra: &str| parse(&format!("{}\n[files]\n{extra}\n", default_text()));
+        assert!(with("max_input_files = 1001").is_err());
+        assert!(with("max_input_bytes = 67108864").is_err()); // = work_size_bytes
+        assert!(with("max_input_file_bytes = 67108865").is_err()); // > fsize_bytes
+        let p =
+            with("max_input_files = 2\nmax_input_file_bytes = 10\nmax_input_bytes = 15").unwrap();
+        let file = |path: &str, len: u64| vivarium_proto::InputFile {
+            path: path.into(),
+            mode: 0,
+            len,
+        };
+        assert!(p
+            .check_input_files(&[file("a", 10), file("b", 5)], true)
+            .is_ok());
+        let e = p.check_input_files(&[file("a", 11)], true).unwrap_err();
+        assert!(
+            e.contains("\"a\"") && e.contains("max_input_file_bytes"),
+            "{e}"
+        );
+        let e = p
+            .check_input_files(&[file("a", 10), file("b", 6)], true)
+            .unwrap_err();
+        assert!(e.contains("\"b\"") && e.contains("max_input_bytes"), "{e}");
+        let e = p
+            .check_input_files(&[file("a", 1), file("b", 1), file("c", 1)], true)
+            .unwrap_err();
+        assert!(e.contains("max_input_files"), "{e}");
+        assert!(p.check_input_files(&[file("main.py", 1)], true).is_err());
+        assert!(p.check_input_files(&[file("main.py", 1)], false).is_ok());
+        // Half of /work when that is less than 32 MiB.
+        let small = parse(&default_text().replace(
+            "work_size_bytes = 67_108_864",
+            "work_size_bytes = 1_048_576",
+        ))
+        .unwrap();
+        assert_eq!(small.max_input_bytes(), 512 << 10);
     }
 
     #[test]

@@ -415,8 +415,9 @@ const SESSION_PART: &str = "\n#: part\n";
 pub fn session_program() -> Vec<String> {
     let mut parts = SESSION_BOOTSTRAP.split(SESSION_PART);
     let stub = parts.next().unwrap_or_default();
-    // The input files' code (shared with the warm bootstrap) is a part of its own.
-    let mut argv = vec!["-c".to_string(), stub.to_string(), INPUTS_PY.to_string()];
+    // The input files' code (shared with the warm bootstrap) is parts of its own.
+    let mut argv = vec!["-c".to_string(), stub.to_string()];
+    argv.extend(INPUTS_PY.split(SESSION_PART).map(str::to_string));
     argv.extend(parts.map(str::to_string));
     argv.push("--".into());
     argv

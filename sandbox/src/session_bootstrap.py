@@ -489,11 +489,12 @@ def serve(cell, stdin_fd, source, files, box):
         try:
             if files:
                 # Before the cell is current (an interrupt waits), replacing what an
-                # earlier cell left at a path if it is a regular file of its own.
+                # earlier cell left at a path if it is a regular file.
                 try:
                     error = _vivarium_inputs(read_from(stdin_fd), files, True)
-                except OSError as e:
-                    error = "the input files could not be read: %s" % (e.strerror or e)
+                except BaseException_ as e:  # the stream, or a cell's signal handler
+                    error = "the input files could not be placed: %s" % (
+                        getattr(e, "strerror", None) or type(e).__name__)
                 if error is not None:
                     close(stdin_fd)
                     box[0] = ("input", error)

@@ -35,7 +35,10 @@ def _vivarium_job():
     with open(path, "wb") as f:
         f.write(code)
     # The job's input files (inputs.py, before this file in the program).
-    error = _vivarium_inputs(exact, int.from_bytes(exact(4), "little"), False)
+    try:
+        error = _vivarium_inputs(exact, int.from_bytes(exact(4), "little"), False)
+    except OSError as e:
+        error = "the input files could not be read: %s" % (e.strerror or e)
     if error is not None:
         os.write(2, ("vivarium: %s; the job did not run\n" % error).encode("utf-8", "replace"))
         os._exit(1)

@@ -427,7 +427,6 @@ async fn a_sessions_files_persist_are_replaced_and_never_go_through_a_link() {
         ("link", "link"),
         ("dirlink/keep", "dirlink/keep"),
         ("fifo", "fifo"),
-        ("hard", "hard"),
         ("data.csv/x", "data.csv/x"),
     ] {
         let (out, o) = cell(
@@ -441,6 +440,31 @@ async fn a_sessions_files_persist_are_replaced_and_never_go_through_a_link() {
         assert!(msg.contains(why), "{path}: {msg}");
         assert!(out.is_empty(), "{path}: the cell ran: {out}");
     }
+    // A regular file with another link to it is replaced (the name now has a file of
+    // its own), not written through: data.csv keeps its bytes. A read-only file sent
+    // earlier can be sent again.
+    let (out, o) = cell(
+        &mut conn,
+        &h,
+        "print(open('hard').read(), end='')",
+        &[f("hard", b"new")],
+    )
+    .await;
+    assert_eq!(
+        (o.status.clone(), out.as_str()),
+        (CellStatus::Ok, "new"),
+        "{o:?}"
+    );
+    let ro = [F("ro.txt", 0o444, b"one".to_vec())];
+    let (_, o) = cell(&mut conn, &h, "pass", &ro).await;
+    assert_eq!(o.status, CellStatus::Ok, "{o:?}");
+    let ro = [F("ro.txt", 0o444, b"two".to_vec())];
+    let (out, o) = cell(&mut conn, &h, "import os\nprint(open('ro.txt').read(), oct(os.stat('ro.txt').st_mode & 0o777), sorted(n for n in os.listdir('.') if n.startswith('.vivarium')))", &ro).await;
+    assert_eq!(
+        (o.status.clone(), out.trim()),
+        (CellStatus::Ok, "two 0o444 []"),
+        "{o:?}"
+    );
     // Nothing went through: the link's target, the file behind the directory link and
     // the hard-linked file are as they were, and no cell's code ran.
     let (out, o) = cell(
@@ -566,4 +590,34 @@ fn viv_run_and_exec_send_files() {
         "{}",
         vivarium_e2e::describe_output(&out)
     );
+}
+
+#[tokio::test]
+async fn a_cell_for_no_session_holds_no_file_bytes() {
+    if !require_root() {
+        return;
+    }
+    let daemon = Daemon::start(DaemonOpts::default());
+    let mut conn = RawConn::admitted(daemon.socket()).await;
+    let nowhere = SessionHandle(format!("vs_{}", "cd".repeat(32)));
+    let big = [f("big.bin", &noise(4 * MAX_PAYLOAD_CHUNK))];
+    conn.send(&Request::ExecCellFiles(Box::new(ExecCellFiles {
+        cell: ExecCell {
+            session: nowhere,
+            code: Code::Inline(b"print('ran')".to_vec()),
+            stdin: false,
+            wall_ms: None,
+        },
+        files: input_files(&big),
+    })))
+    .await;
+    // Answered at the head, before any file byte is taken; the bytes that follow are
+    // dropped and the connection stays in step.
+    match conn.recv().await {
+        Event::Error(e) => assert_eq!(e.code, ErrorCode::SessionNotFound, "{e:?}"),
+        other => panic!("expected SessionNotFound, got {other:?}"),
+    }
+    send_file_bytes(&conn, &big).await;
+    let ran = submit(&mut conn, "default", "print('ran')", &[]).await;
+    assert_eq!(ran.ok().stdout.trim(), "ran");
 }

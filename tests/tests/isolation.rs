@@ -140,6 +140,10 @@ async fn environment_is_built_from_nothing_and_only_stdio_is_open() {
         "NUMEXPR_NUM_THREADS",
         "RAYON_NUM_THREADS",
         "POLARS_MAX_THREADS",
+        // matplotlib's defaults (plan::environment)
+        "MPLBACKEND",
+        "MATPLOTLIBRC",
+        "MPLCONFIGDIR",
     ]
     .into();
     let unknown: Vec<&String> = env.keys().filter(|k| !known.contains(k.as_str())).collect();

@@ -665,7 +665,12 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket, peer: Peer) {
                     r.cancel.notify_one();
                 }
                 if let Some(r) = receiving.as_mut() {
+                    // What came so far is dropped (and given back); the rest is read
+                    // and dropped as it comes.
                     r.cancelled = true;
+                    r.code = Vec::new();
+                    r.files = Vec::new();
+                    r.permit = None;
                 }
             }
         }
@@ -723,13 +728,7 @@ async fn submit(
         send_error(sock, ErrorCode::InvalidInputFile, msg).await;
         return false;
     }
-    let refused = match check_files(daemon, peer, &what) {
-        Ok(()) => false,
-        Err((code, msg)) => {
-            send_error(sock, code, msg).await;
-            true
-        }
-    };
+    let refused = !files_allowed(daemon, sock, peer, &what).await;
     if let (Some(code), false, 0) = (&inline, refused, files_len) {
         let Some(permit) = code_permit(daemon, code.len()) else {
             let why = code_budget_full(daemon, code.len());
@@ -784,33 +783,46 @@ async fn submit(
 }
 
 /// Whether a submission's input files keep the path rules and its profile's `[files]`
-/// bounds; `Err`: the answer. A cell's profile is its session's; a cell for a session
-/// that does not exist (or not for this uid) is let through here, to be answered as
-/// such once it is complete.
-fn check_files(daemon: &Daemon, peer: &Peer, what: &Submission) -> Result<(), (ErrorCode, String)> {
+/// bounds; if not, the answer has been sent. A cell's profile is its session's: a cell
+/// with files for a session that does not exist (or not for this uid) gets that answer
+/// now, so that no byte of its files is held.
+async fn files_allowed(
+    daemon: &Daemon,
+    sock: &UnixSeqpacket,
+    peer: &Peer,
+    what: &Submission,
+) -> bool {
     let files = what.files();
     if files.is_empty() {
-        return Ok(());
+        return true;
     }
-    let live = daemon.live();
     let (profile, script) = match what {
         Submission::Job(spec, ..) => (spec.profile.clone(), true),
-        Submission::Cell(cell, _) => match daemon.sessions.profile_of(&cell.session, peer.uid) {
-            Some(p) => (p, false),
-            None => return Ok(()),
-        },
+        Submission::Cell(cell, _) => {
+            let sessions = &daemon.sessions;
+            match sessions
+                .profile_or_answer(sock, &cell.session, peer.uid)
+                .await
+            {
+                Some(p) => (p, false),
+                None => return false,
+            }
+        }
     };
+    let live = daemon.live();
     let Some(active) = live.profiles.get(&profile) else {
         let known: Vec<_> = live.profiles.keys().cloned().collect();
-        return Err((
-            ErrorCode::UnknownProfile,
-            format!("no profile {profile:?} (known: {})", known.join(", ")),
-        ));
+        let msg = format!("no profile {profile:?} (known: {})", known.join(", "));
+        send_error(sock, ErrorCode::UnknownProfile, msg).await;
+        return false;
     };
-    active
-        .profile
-        .check_input_files(files, script)
-        .map_err(|msg| (ErrorCode::InvalidInputFile, msg))
+    match active.profile.check_input_files(files, script) {
+        Ok(()) => true,
+        Err(msg) => {
+            send_error(sock, ErrorCode::InvalidInputFile, msg).await;
+            false
+        }
+    }
 }
 
 /// A `CodeChunk` or `FileChunk` for the submission being received; once it is
@@ -872,7 +884,8 @@ async fn on_chunk(
     } else {
         r.got_code += data.len();
     }
-    if !r.refused && !r.make_room(daemon, data.len(), files) {
+    let keep = !(r.refused || r.cancelled);
+    if keep && !r.make_room(daemon, data.len(), files) {
         // The rest is read and dropped, so that the connection stays usable.
         let total = r.code_len + r.files_len;
         send_error(sock, ErrorCode::Busy, code_budget_full(daemon, total)).await;
@@ -881,7 +894,7 @@ async fn on_chunk(
         r.files = Vec::new();
         r.permit = None;
     }
-    if !r.refused {
+    if !(r.refused || r.cancelled) {
         // Within the room made (and charged) above: no allocation here.
         if files {
             r.files.extend_from_slice(&data);

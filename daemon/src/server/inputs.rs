@@ -31,8 +31,9 @@ impl Inputs {
             .collect()
     }
 
-    /// The files as a session's cell loop reads them at the head of the cell's stdin.
-    pub fn stream(&self) -> Vec<u8> {
+    /// The files as a session's cell loop reads them at the head of the cell's stdin
+    /// (their bytes copied once, and the originals dropped).
+    pub fn into_stream(self) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.bytes.len() + 64 * self.files.len());
         vivarium_sandbox::plan::input_stream(&mut out, &self.plan(), &self.bytes);
         out

@@ -45,7 +45,7 @@ const CLAIM_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 pub async fn run(
     daemon: Arc<Daemon>,
     sock: Arc<UnixSeqpacket>,
-    req: JobRequest,
+    mut req: JobRequest,
     stdin: Option<mpsc::UnboundedReceiver<super::conn::StdinChunk>>,
     cancel: Arc<Notify>,
     over: Arc<AtomicBool>,
@@ -142,7 +142,10 @@ pub async fn run(
             }
         };
         let env_dir = env.as_ref().map(|r| r.entry.env());
-        let result = execute(&daemon, &sock, job_id, &req, stdin, &cancel, permit, env_dir.as_deref(), warm).await;
+        // The input files' bytes go into the sandbox's header or memfd, and are dropped
+        // once copied there (not held for the whole job).
+        let inputs = std::mem::take(&mut req.inputs);
+        let result = execute(&daemon, &sock, job_id, &req, inputs, stdin, &cancel, permit, env_dir.as_deref(), warm).await;
         drop(env);
         over.store(true, Ordering::SeqCst);
         match result {
@@ -320,6 +323,7 @@ async fn execute(
     sock: &Arc<UnixSeqpacket>,
     job_id: u64,
     req: &JobRequest,
+    inputs: super::inputs::Inputs,
     stdin: Option<mpsc::UnboundedReceiver<super::conn::StdinChunk>>,
     cancel: &Arc<Notify>,
     permit: tokio::sync::OwnedSemaphorePermit,
@@ -361,8 +365,9 @@ async fn execute(
             // the stdin task: that task starts on another worker thread, a wake-up later.
             // The events follow: the job starts before the client reads them (its output
             // cannot overtake them: the pumps start below).
-            let files = req.inputs.plan();
-            let mut header = plan::warm_header(&req.args, &req.code, &files, &req.inputs.bytes);
+            let files = inputs.plan();
+            let mut header = plan::warm_header(&req.args, &req.code, &files, &inputs.bytes);
+            drop(inputs);
             widen_pipe(&w.stdin, header.len());
             let written =
                 nix::fcntl::fcntl(&w.stdin, nix::fcntl::FcntlArg::F_SETFL(OFlag::O_NONBLOCK))
@@ -393,8 +398,9 @@ async fn execute(
                 crate::packages::install::use_env(&mut plan, env);
             }
             // The input files' bytes follow the code in the memfd (init places them).
-            plan.inputs = req.inputs.plan();
-            let l = launch_parts(daemon, &plan, &[&req.code, &req.inputs.bytes]).await?;
+            plan.inputs = inputs.plan();
+            let l = launch_parts(daemon, &plan, &[&req.code, &inputs.bytes]).await?;
+            drop(inputs);
             (
                 job_id,
                 l.events,

@@ -285,12 +285,21 @@ impl Sessions {
         (table.live.len() + opening, mine)
     }
 
-    /// The profile of the caller's live session `handle`, if there is one.
-    pub fn profile_of(&self, handle: &SessionHandle, uid: u32) -> Option<String> {
-        let table = self.table.lock().expect("sessions lock");
-        (table.live.get(&handle.0))
-            .filter(|e| e.uid == uid)
-            .map(|e| e.profile.clone())
+    /// The profile of the caller's live session `handle`; if there is none, the answer
+    /// (`SessionNotFound`, or `SessionExpired` with why) has been sent on `sock`.
+    pub async fn profile_or_answer(
+        &self,
+        sock: &UnixSeqpacket,
+        handle: &SessionHandle,
+        uid: u32,
+    ) -> Option<String> {
+        match self.find(handle, uid) {
+            Ok(e) => Some(e.profile.clone()),
+            Err(gone) => {
+                answer_gone(sock, gone).await;
+                None
+            }
+        }
     }
 
     /// How many sessions are open (for the status line).
@@ -1064,7 +1073,7 @@ async fn run_cell(
         }
     };
     let cell = cell_no as u32;
-    let files = inputs.files.len() as u32;
+    let files = inputs.files.len() as u32; // (the files go at the head of its stdin)
     let sent = sb.link.send_cell(cell, &code, files, stdin_r.as_fd()).await;
     if let Err(e) = sent {
         drop(stdin_r);
@@ -1078,7 +1087,7 @@ async fn run_cell(
     let credit_sock = credits.then(|| sock.clone());
     // The input files go first on the cell's stdin: the cell loop places them, then
     // hands the rest of the pipe to the cell.
-    let head = inputs.stream();
+    let head = inputs.into_stream();
     super::job::widen_pipe(&stdin_w, head.len());
     let feeder = tokio::spawn(super::job::feed_stdin(stdin_w, head, stdin, credit_sock));
     let guard = limits.memory_guard_bytes > 0 && before.memory_bytes < limits.memory_guard_bytes;
