@@ -393,8 +393,11 @@ pub struct ZygoteSeccompWire {
 /// The warm sandbox's `-c` program: read one job from stdin (the header of
 /// [`warm_header`]), write it to [`SCRIPT_PATH`], run it as `__main__`.
 pub const WARM_BOOTSTRAP: &str = concat!(
-    include_str!("inputs.py"), // (INPUTS_PY: concat! takes literals only)
-    "\n\n",
+    // The input files' code as a string, compiled by a job that has files (INPUTS_PY:
+    // concat! takes literals only).
+    "_VIVARIUM_INPUTS_PY = r'''",
+    include_str!("inputs.py"),
+    "'''\n",
     include_str!("warm_bootstrap.py")
 );
 /// The session bootstrap: a cell loop over the control link on fd 0, in one persistent
@@ -409,15 +412,16 @@ const INPUTS_PY: &str = include_str!("inputs.py");
 const SESSION_PART: &str = "\n#: part\n";
 
 /// The session bootstrap's arguments after the interpreter's flags: `-c` and the stub
-/// (the file up to its first part line), each part as an argument of its own, then `--`;
+/// (the file up to its first part line), the input files' code (`inputs.py`, compiled
+/// when a cell first has files), each part as an argument of its own, then `--`;
 /// the profile's preload modules follow. (One 20 KB `-c` program left the compiler's
 /// peak in the interpreter's heap: ~0.8 MiB more private memory per idle session.)
 pub fn session_program() -> Vec<String> {
     let mut parts = SESSION_BOOTSTRAP.split(SESSION_PART);
     let stub = parts.next().unwrap_or_default();
-    // The input files' code (shared with the warm bootstrap) is parts of its own.
-    let mut argv = vec!["-c".to_string(), stub.to_string()];
-    argv.extend(INPUTS_PY.split(SESSION_PART).map(str::to_string));
+    // The input files' code (shared with the warm bootstrap), as a string the loop
+    // compiles at its first cell with files; then the parts.
+    let mut argv = vec!["-c".to_string(), stub.to_string(), INPUTS_PY.to_string()];
     argv.extend(parts.map(str::to_string));
     argv.push("--".into());
     argv
@@ -494,7 +498,11 @@ mod tests {
         assert!(argv[1].starts_with("# Vivarium's session sandbox"));
         assert!(argv[1].contains("def _vivarium_parts(argv):"));
         assert_eq!(argv.last().map(String::as_str), Some("--"));
-        let parts = &argv[2..argv.len() - 1];
+        assert_eq!(
+            argv[2], INPUTS_PY,
+            "the input files' code, compiled when used"
+        );
+        let parts = &argv[3..argv.len() - 1];
         // The memory an idle session keeps depends on the largest part (the compiler's
         // peak): keep each one small.
         assert!(parts.len() >= 8, "{} parts", parts.len());

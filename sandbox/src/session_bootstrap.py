@@ -28,16 +28,17 @@
 # is compiled one part (~2 KB) at a time rather than as one 20 KB program, which cut an
 # idle session's private memory by ~0.8 MiB. The first part, up to the first `#: part`
 # line, is the `-c` stub; each later part is an argument of its own, compiled and run in
-# order in one namespace (sandbox::plan::session_argv splits this file). The last part
-# runs the loop and never returns.
+# order in one namespace (sandbox::plan::session_program splits this file); before them
+# comes inputs.py's source, compiled at the first cell with files (INPUTS_PY). The last
+# part runs the loop and never returns.
 import sys
 
 
 def _vivarium_parts(argv):
     end = argv.index("--")
     ns = {"__name__": "__vivarium_session__", "__builtins__": __builtins__,
-          "PRELOAD": argv[end + 1:]}
-    parts = argv[1:end]
+          "PRELOAD": argv[end + 1:], "INPUTS_PY": argv[1]}
+    parts = argv[2:end]
     del argv[:]
     parts.reverse()
     while parts:
@@ -491,6 +492,8 @@ def serve(cell, stdin_fd, source, files, box):
                 # Before the cell is current (an interrupt waits), replacing what an
                 # earlier cell left at a path if it is a regular file.
                 try:
+                    if "_vivarium_inputs" not in globals():
+                        exec(compile(INPUTS_PY, own_file, "exec", dont_inherit=True), globals())
                     error = _vivarium_inputs(read_from(stdin_fd), files, True)
                 except BaseException_ as e:  # the stream, or a cell's signal handler
                     error = "the input files could not be placed: %s" % (

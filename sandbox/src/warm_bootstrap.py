@@ -35,8 +35,13 @@ def _vivarium_job():
     with open(path, "wb") as f:
         f.write(code)
     # The job's input files (inputs.py, before this file in the program).
+    count = int.from_bytes(exact(4), "little")
     try:
-        error = _vivarium_inputs(exact, int.from_bytes(exact(4), "little"), False)
+        error = None
+        if count:
+            # (Compiled only for a job with files: plan::WARM_BOOTSTRAP.)
+            exec(compile(_VIVARIUM_INPUTS_PY, "<vivarium inputs>", "exec"), globals())
+            error = _vivarium_inputs(exact, count, False)
     except OSError as e:
         error = "the input files could not be read: %s" % (e.strerror or e)
     if error is not None:

@@ -58,7 +58,9 @@ pub const INIT_FD: i32 = 5;
 /// The zygote's `-c` program: the warm bootstrap's functions, then the zygote's loop.
 pub const ZYGOTE_BOOTSTRAP: &str = concat!(
     "_vivarium_zygote = True\n",
+    "_VIVARIUM_INPUTS_PY = r'''",
     include_str!("inputs.py"),
+    "'''\n",
     include_str!("warm_bootstrap.py"),
     include_str!("zygote_bootstrap.py")
 );
