@@ -811,9 +811,12 @@ async fn files_allowed(
     };
     let live = daemon.live();
     let Some(active) = live.profiles.get(&profile) else {
-        let known: Vec<_> = live.profiles.keys().cloned().collect();
-        let msg = format!("no profile {profile:?} (known: {})", known.join(", "));
-        send_error(sock, ErrorCode::UnknownProfile, msg).await;
+        send_error(
+            sock,
+            ErrorCode::UnknownProfile,
+            unknown_profile(&live, &profile),
+        )
+        .await;
         return false;
     };
     match active.profile.check_input_files(files, script) {
@@ -823,6 +826,12 @@ async fn files_allowed(
             false
         }
     }
+}
+
+/// The `UnknownProfile` answer: the name asked for, and the profiles there are.
+pub(super) fn unknown_profile(live: &super::Live, name: &str) -> String {
+    let known: Vec<_> = live.profiles.keys().cloned().collect();
+    format!("no profile {name:?} (known: {})", known.join(", "))
 }
 
 /// A `CodeChunk` or `FileChunk` for the submission being received; once it is
@@ -1075,14 +1084,9 @@ async fn start(
     // The profile as it is now: a later reload does not change this job.
     let live = daemon.live();
     let Some(active) = live.profiles.get(&spec.profile).cloned() else {
-        let known: Vec<_> = live.profiles.keys().cloned().collect();
         return refuse(
             ErrorCode::UnknownProfile,
-            format!(
-                "no profile {:?} (known: {})",
-                spec.profile,
-                known.join(", ")
-            ),
+            unknown_profile(&live, &spec.profile),
         )
         .await;
     };

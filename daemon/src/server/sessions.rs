@@ -458,8 +458,7 @@ pub async fn open(
 ) {
     let live = daemon.live();
     let Some(active) = live.profiles.get(&req.profile).cloned() else {
-        let known: Vec<_> = live.profiles.keys().cloned().collect();
-        let msg = format!("no profile {:?} (known: {})", req.profile, known.join(", "));
+        let msg = super::conn::unknown_profile(&live, &req.profile);
         send_error(sock, ErrorCode::UnknownProfile, msg).await;
         return;
     };
