@@ -6,6 +6,7 @@ use std::path::Path;
 use tokio::io::AsyncRead;
 use vivarium_proto::{Event, HelloAck, Outcome, ProfileInfo, Request};
 
+use crate::artifacts::Artifact;
 use crate::conn::{send, unexpected, Conn, ConnState};
 use crate::job::{Job, JobEvent, JobHandle, Stream};
 use crate::{default_client_name, ClientError, Result};
@@ -26,6 +27,10 @@ pub struct Collected {
     pub packages: Option<vivarium_proto::PackagesReport>,
     /// How the job's sandbox was made (protocol 5+ daemons say).
     pub sandbox: Option<vivarium_proto::SandboxStart>,
+    /// The files the job returned (protocol 8+), in path order.
+    pub artifacts: Vec<Artifact>,
+    /// What matched and was not returned (protocol 8+ and a job that asked for outputs).
+    pub artifacts_report: Option<vivarium_proto::ArtifactsReport>,
 }
 
 impl Client {
@@ -125,8 +130,15 @@ impl Client {
     where
         R: AsyncRead + Unpin + Send + 'c,
     {
+        // Which request carries the job depends on the daemon's version when it wants
+        // artifacts: the hello's answer, in flight since the connect, is read first.
+        let version = if job.outputs != vivarium_proto::Outputs::None {
+            self.hello().await?.version
+        } else {
+            crate::artifacts::ARTIFACTS_PROTOCOL - 1
+        };
         // Built first: a broken file rule needs no round trip to be reported.
-        let frames = crate::job::submit_frames(job, stdin.is_some());
+        let frames = crate::job::submit_frames(job, stdin.is_some(), version);
         if frames.is_ok() && !job.packages.is_empty() {
             // Only version 2 takes packages: this request waits for the hello's answer.
             let version = self.hello().await?.version;
@@ -168,7 +180,10 @@ impl Client {
             match event {
                 JobEvent::Output(stream, bytes) => on_output(stream, &bytes),
                 JobEvent::Finished(outcome) => return Ok(*outcome),
-                JobEvent::Queued { .. } | JobEvent::Started { .. } => {}
+                JobEvent::Queued { .. }
+                | JobEvent::Started { .. }
+                | JobEvent::Artifact(_)
+                | JobEvent::Artifacts(_) => {}
             }
         }
         Err(ClientError::Protocol("job ended without an outcome".into()))
@@ -177,11 +192,14 @@ impl Client {
     /// Run `job` with `stdin` (or empty stdin) and collect the outcome and all its output.
     pub async fn run_collect(&mut self, job: &Job, stdin: Option<&[u8]>) -> Result<Collected> {
         let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+        let (mut artifacts, mut artifacts_report) = (Vec::new(), None);
         let mut handle = self.submit(job, stdin).await?;
         while let Some(event) = handle.next_event().await? {
             match event {
                 JobEvent::Output(Stream::Stdout, bytes) => stdout.extend_from_slice(&bytes),
                 JobEvent::Output(Stream::Stderr, bytes) => stderr.extend_from_slice(&bytes),
+                JobEvent::Artifact(a) => artifacts.push(*a),
+                JobEvent::Artifacts(r) => artifacts_report = Some(*r),
                 JobEvent::Finished(outcome) => {
                     return Ok(Collected {
                         outcome: *outcome,
@@ -189,6 +207,8 @@ impl Client {
                         stderr,
                         packages: handle.packages().cloned(),
                         sandbox: handle.sandbox(),
+                        artifacts,
+                        artifacts_report,
                     })
                 }
                 JobEvent::Queued { .. } | JobEvent::Started { .. } => {}

@@ -1,10 +1,11 @@
 //! A job: what to run ([`Job`]), and the handle that streams its events ([`JobHandle`]).
 
 use vivarium_proto::{
-    Event, JobSpec, LimitOverrides, Outcome, PackagesReport, Request, SandboxStart, SubmitFiles,
-    SubmitWith,
+    ArtifactsReport, Event, JobSpec, LimitOverrides, Outcome, Outputs, PackagesReport, Request,
+    SandboxStart, SubmitFiles, SubmitJob, SubmitWith,
 };
 
+use crate::artifacts::{Artifact, Assembled, Assembler, ARTIFACTS_PROTOCOL};
 use crate::conn::unexpected;
 use crate::exchange::{code_frames, Canceller, Exchange};
 use crate::files::{self, Frames, InputFileData};
@@ -29,6 +30,10 @@ pub struct Job {
     /// [`crate::FILES_PROTOCOL`]); checked against [`vivarium_proto::files`]'s rules
     /// before anything is sent.
     pub files: Vec<InputFileData>,
+    /// What to return as artifacts (protocol 8+, [`crate::ARTIFACTS_PROTOCOL`]): by
+    /// default everything under `/work/out` and the figures matplotlib showed or left
+    /// open. An older daemon returns none.
+    pub outputs: Outputs,
 }
 
 impl Job {
@@ -41,7 +46,24 @@ impl Job {
             limits: LimitOverrides::default(),
             packages: Vec::new(),
             files: Vec::new(),
+            outputs: Outputs::Default,
         }
+    }
+
+    /// What to return as artifacts (see [`Outputs`]).
+    pub fn outputs(mut self, outputs: Outputs) -> Job {
+        self.outputs = outputs;
+        self
+    }
+
+    /// Return the files under `/work` that match `pattern` (e.g. `results/*.csv`,
+    /// `**/*.png`) instead of the default `out/**`; repeatable.
+    pub fn output(mut self, pattern: impl Into<String>) -> Job {
+        match &mut self.outputs {
+            Outputs::Patterns(p) => p.push(pattern.into()),
+            other => *other = Outputs::Patterns(vec![pattern.into()]),
+        }
+        self
     }
 
     /// Add an input file: `data` at `path` under `/work` (e.g. `data/in.csv`), mode
@@ -114,11 +136,12 @@ impl Job {
     }
 }
 
-/// The frames that submit `job`: one `Submit` (`SubmitWith` with packages, `SubmitFiles`
-/// with input files), then `CodeChunk`s when the code does not fit inline, then the
-/// files' `FileChunk`s. Every frame is at most `MAX_FRAME` bytes; a broken file rule, or a
-/// first frame that cannot fit, is an error before anything is sent.
-pub(crate) fn submit_frames(job: &Job, stdin: bool) -> Result<Frames<'_>> {
+/// The frames that submit `job` to a daemon of protocol `version`: one `Submit`
+/// (`SubmitWith` with packages, `SubmitFiles` with input files, `SubmitJob` from protocol
+/// 8 when it wants artifacts), then `CodeChunk`s when the code does not fit inline, then
+/// the files' `FileChunk`s. Every frame is at most `MAX_FRAME` bytes; a broken file rule,
+/// or a first frame that cannot fit, is an error before anything is sent.
+pub(crate) fn submit_frames(job: &Job, stdin: bool, version: u32) -> Result<Frames<'_>> {
     let spec = |code| JobSpec {
         profile: job.profile.clone(),
         code,
@@ -136,16 +159,26 @@ pub(crate) fn submit_frames(job: &Job, stdin: bool) -> Result<Frames<'_>> {
             }))
         }
     };
-    if job.files.is_empty() {
+    let artifacts = version >= ARTIFACTS_PROTOCOL && job.outputs != Outputs::None;
+    if job.files.is_empty() && !artifacts {
         return Ok(Frames::plain(code_frames(job.code.as_bytes(), plain)?));
     }
     let described = files::describe(&job.files)?;
     let head = code_frames(job.code.as_bytes(), |code| {
-        Request::SubmitFiles(Box::new(SubmitFiles {
-            spec: spec(code),
-            packages: job.packages.clone(),
-            files: described.clone(),
-        }))
+        if artifacts {
+            Request::SubmitJob(Box::new(SubmitJob {
+                spec: spec(code),
+                packages: job.packages.clone(),
+                files: described.clone(),
+                outputs: job.outputs.clone(),
+            }))
+        } else {
+            Request::SubmitFiles(Box::new(SubmitFiles {
+                spec: spec(code),
+                packages: job.packages.clone(),
+                files: described.clone(),
+            }))
+        }
     })
     .map_err(|e| {
         let fits_without = code_frames(job.code.as_bytes(), plain).is_ok();
@@ -174,6 +207,11 @@ pub enum JobEvent {
     /// Output bytes, in order within a stream (stdout and stderr are forwarded
     /// independently, so their relative order is not guaranteed).
     Output(Stream, Vec<u8>),
+    /// Protocol 8+: a file the job returned (after its output, before `Artifacts`).
+    Artifact(Box<Artifact>),
+    /// Protocol 8+: the end of the artifacts, right before `Finished`: what matched and
+    /// was not returned, and why.
+    Artifacts(Box<ArtifactsReport>),
     /// The last event: how the job ended.
     Finished(Box<Outcome>),
 }
@@ -190,6 +228,7 @@ pub struct JobHandle<'c> {
     packages: Option<PackagesReport>,
     /// How the job's sandbox was made (protocol 5+), once the daemon has said.
     sandbox: Option<SandboxStart>,
+    artifacts: Assembler,
 }
 
 impl<'c> JobHandle<'c> {
@@ -199,6 +238,7 @@ impl<'c> JobHandle<'c> {
             job_id: None,
             packages: None,
             sandbox: None,
+            artifacts: Assembler::default(),
         }
     }
 
@@ -252,7 +292,18 @@ impl<'c> JobHandle<'c> {
 
     async fn next_event_inner(&mut self) -> Result<JobEvent> {
         let event = loop {
-            match self.core.recv().await? {
+            let event = match self.artifacts.take(self.core.recv().await?)? {
+                Assembled::Other(event) => event,
+                Assembled::Partial => continue,
+                Assembled::Artifact(a) if self.job_id.is_some() => {
+                    return Ok(JobEvent::Artifact(a))
+                }
+                Assembled::Report(r) if self.job_id.is_some() => return Ok(JobEvent::Artifacts(r)),
+                Assembled::Artifact(_) | Assembled::Report(_) => {
+                    return Err(ClientError::Protocol("artifacts before Started".into()))
+                }
+            };
+            match event {
                 // Reported before `Started`; kept on the handle rather than an event.
                 Event::Packages(report) if self.job_id.is_none() && self.packages.is_none() => {
                     self.packages = Some(report);
@@ -314,9 +365,32 @@ mod tests {
     }
 
     #[test]
+    fn a_protocol_8_daemon_gets_submit_job_with_the_outputs() {
+        let job = Job::new("print(1)").output("res/*.csv").output("**/*.png");
+        let frames = decode_all(&submit_frames(&job, false, 8).unwrap().all());
+        let [Request::SubmitJob(w)] = &frames[..] else {
+            panic!("{frames:?}")
+        };
+        assert_eq!(
+            w.outputs,
+            Outputs::Patterns(vec!["res/*.csv".into(), "**/*.png".into()])
+        );
+        assert_eq!(w.spec.code, Code::Inline(b"print(1)".to_vec()));
+        // The default asks for the default; no outputs asks the old way.
+        let frames = decode_all(&submit_frames(&Job::new("1"), false, 8).unwrap().all());
+        assert!(matches!(&frames[..], [Request::SubmitJob(w)] if w.outputs == Outputs::Default));
+        let none = Job::new("1").outputs(Outputs::None);
+        let frames = decode_all(&submit_frames(&none, false, 8).unwrap().all());
+        assert!(matches!(&frames[..], [Request::Submit(_)]));
+        // A protocol-7 daemon never sees SubmitJob.
+        let frames = decode_all(&submit_frames(&job, false, 7).unwrap().all());
+        assert!(matches!(&frames[..], [Request::Submit(_)]));
+    }
+
+    #[test]
     fn small_code_goes_inline() {
         let job = Job::new("print(1)").arg("x").wall_ms(5);
-        let frames = decode_all(&submit_frames(&job, true).unwrap().all());
+        let frames = decode_all(&submit_frames(&job, true, 7).unwrap().all());
         assert_eq!(
             frames,
             vec![Request::Submit(JobSpec {
@@ -347,7 +421,7 @@ mod tests {
             .collect();
         assert!(code.len() > 299 * 1024);
         let job = Job::new(code.clone()).profile("p");
-        let frames = decode_all(&submit_frames(&job, false).unwrap().all());
+        let frames = decode_all(&submit_frames(&job, false, 7).unwrap().all());
         let Request::Submit(spec) = &frames[0] else {
             panic!("first frame is {:?}", frames[0]);
         };
@@ -373,7 +447,7 @@ mod tests {
     #[test]
     fn code_at_the_inline_limit_still_fits() {
         let job = Job::new("#".repeat(INLINE_CODE_MAX)).profile("x".repeat(200));
-        let frames = submit_frames(&job, false).unwrap().all();
+        let frames = submit_frames(&job, false, 7).unwrap().all();
         assert_eq!(frames.len(), 1);
         assert!(frames[0].len() <= MAX_FRAME);
     }
@@ -381,7 +455,7 @@ mod tests {
     #[test]
     fn long_arguments_push_the_code_into_chunks() {
         let job = Job::new("#".repeat(INLINE_CODE_MAX)).args(vec!["a".repeat(2000)]);
-        let frames = decode_all(&submit_frames(&job, false).unwrap().all());
+        let frames = decode_all(&submit_frames(&job, false, 7).unwrap().all());
         assert_eq!(frames.len(), 2);
         assert!(
             matches!(&frames[0], Request::Submit(s) if s.code == Code::Chunked { len: INLINE_CODE_MAX as u64 })
@@ -392,7 +466,7 @@ mod tests {
     fn arguments_that_cannot_fit_any_frame_are_an_error() {
         let job = Job::new("pass").args(vec!["a".repeat(MAX_FRAME)]);
         assert!(matches!(
-            submit_frames(&job, false).map(|f| f.all()),
+            submit_frames(&job, false, 7).map(|f| f.all()),
             Err(ClientError::Frame(FrameError::Oversize { .. }))
         ));
     }
@@ -466,7 +540,7 @@ mod tests {
             job = job.file(format!("d/f{i}"), bytes(i as u8, len));
         }
         job = job.file_mode("ro.txt", "read only", 0o444);
-        let frames = decode_all(&submit_frames(&job, true).unwrap().all());
+        let frames = decode_all(&submit_frames(&job, true, 7).unwrap().all());
         let (head, code, files) = reassemble(&frames);
         assert_eq!(code, job.code.as_bytes());
         assert!(matches!(head.spec.code, Code::Inline(_)));
@@ -497,7 +571,7 @@ mod tests {
         let job = Job::new(code.clone())
             .file("a", bytes(1, 70_000))
             .file("b", Vec::new());
-        let frames = decode_all(&submit_frames(&job, false).unwrap().all());
+        let frames = decode_all(&submit_frames(&job, false, 7).unwrap().all());
         let (head, got_code, files) = reassemble(&frames);
         assert_eq!(
             head.spec.code,
@@ -513,7 +587,7 @@ mod tests {
     #[test]
     fn only_empty_files_send_no_file_chunk() {
         let job = Job::new("pass").file("empty", Vec::new());
-        let frames = decode_all(&submit_frames(&job, false).unwrap().all());
+        let frames = decode_all(&submit_frames(&job, false, 7).unwrap().all());
         assert_eq!(frames.len(), 1);
         let (head, _, files) = reassemble(&frames);
         assert_eq!(head.files[0].len, 0);
@@ -522,10 +596,10 @@ mod tests {
 
     #[test]
     fn no_files_keep_the_old_requests() {
-        let frames = decode_all(&submit_frames(&Job::new("pass"), false).unwrap().all());
+        let frames = decode_all(&submit_frames(&Job::new("pass"), false, 7).unwrap().all());
         assert!(matches!(&frames[..], [Request::Submit(_)]));
         let job = Job::new("pass").package("numpy");
-        let frames = decode_all(&submit_frames(&job, false).unwrap().all());
+        let frames = decode_all(&submit_frames(&job, false, 7).unwrap().all());
         assert!(matches!(&frames[..], [Request::SubmitWith(w)] if w.packages == ["numpy"]));
     }
 
@@ -536,7 +610,7 @@ mod tests {
             (Job::new("pass").file("a", "x").file("a", "y"), "a"),
             (Job::new("pass").file_mode("run.sh", "x", 0o755), "run.sh"),
         ] {
-            let err = submit_frames(&job, false).map(|f| f.all()).unwrap_err();
+            let err = submit_frames(&job, false, 7).map(|f| f.all()).unwrap_err();
             assert!(matches!(err, ClientError::InvalidInputFiles(_)), "{err:?}");
             assert!(err.to_string().contains(&format!("{name:?}")), "{err}");
         }
@@ -554,7 +628,7 @@ mod tests {
         for i in 0..64 {
             job = job.file(path(i), "z");
         }
-        let err = submit_frames(&job, false).map(|f| f.all()).unwrap_err();
+        let err = submit_frames(&job, false, 7).map(|f| f.all()).unwrap_err();
         assert!(
             matches!(
                 err,
@@ -571,13 +645,13 @@ mod tests {
         for i in 0..32 {
             job = job.file(path(i), "z");
         }
-        assert!(submit_frames(&job, false).is_ok());
+        assert!(submit_frames(&job, false, 7).is_ok());
         // Arguments that cannot fit any frame stay the frame's error.
         let job = Job::new("pass")
             .args(vec!["a".repeat(MAX_FRAME)])
             .file("f", "z");
         assert!(matches!(
-            submit_frames(&job, false).map(|f| f.all()),
+            submit_frames(&job, false, 7).map(|f| f.all()),
             Err(ClientError::Frame(FrameError::Oversize { .. }))
         ));
     }

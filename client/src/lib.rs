@@ -43,12 +43,20 @@
 //! ([`ClientError::InvalidInputFiles`]); the daemon's own refusal (a size or count limit
 //! of the profile) is `Refused` with [`proto::ErrorCode::InvalidInputFile`].
 //!
+//! Artifacts (protocol 8, [`ARTIFACTS_PROTOCOL`]): a job or cell returns the regular files
+//! its outputs name ([`Job::output`], [`proto::Outputs`]; by default everything under
+//! `/work/out`, plus the matplotlib figures it showed or left open) as
+//! [`JobEvent::Artifact`]s, then a [`proto::ArtifactsReport`] of what matched and was not
+//! returned (links, FIFOs, devices, files over the caps). A cell returns only what is new
+//! or changed since its session's previous collection.
+//!
 //! Cancellation: [`JobHandle::cancel`] (or a [`Canceller`] from [`JobHandle::canceller`],
 //! usable from another task) sends `Cancel`; the job's `Finished` event still follows.
 //! Dropping a [`JobHandle`] before its job has ended closes the connection, which makes the
 //! daemon kill the job; the [`Client`] must then be replaced by a new connection.
 #![forbid(unsafe_code)]
 
+mod artifacts;
 mod client;
 mod conn;
 mod exchange;
@@ -60,6 +68,7 @@ mod socket_path;
 
 use std::path::PathBuf;
 
+pub use artifacts::{safe_join, Artifact, ARTIFACTS_PROTOCOL};
 pub use client::{Client, Collected};
 pub use exchange::Canceller;
 pub use files::{InputFileData, FILES_PROTOCOL};

@@ -11,11 +11,12 @@ use std::fmt::Write as _;
 
 use tokio::io::AsyncRead;
 use vivarium_proto::{
-    CellOutcome, CellStatus, Event, ExecCell, ExecCellFiles, OpenSession, Request,
-    SessionEndReason, SessionEnded, SessionHandle, SessionInfo, SessionLimitOverrides,
-    SessionOpened,
+    ArtifactsReport, CellOutcome, CellStatus, Event, ExecCell, ExecCellFiles, OpenSession, Outputs,
+    Request, RunCell, SessionEndReason, SessionEnded, SessionHandle, SessionInfo,
+    SessionLimitOverrides, SessionOpened,
 };
 
+use crate::artifacts::{Artifact, Assembled, Assembler, ARTIFACTS_PROTOCOL};
 use crate::conn::unexpected;
 use crate::exchange::{code_frames, Canceller, Exchange};
 use crate::files::{self, Frames, InputFileData};
@@ -120,6 +121,9 @@ pub struct Cell {
     /// Files placed under the session's `/work` before the cell runs, replacing a regular
     /// file at the same path (protocol 7+, see [`crate::FILES_PROTOCOL`]).
     pub files: Vec<InputFileData>,
+    /// What to return as artifacts (protocol 8+): as for a job, but only the files that
+    /// are new or changed since the session's previous collection.
+    pub outputs: Outputs,
 }
 
 impl Cell {
@@ -129,7 +133,23 @@ impl Cell {
             code: code.into(),
             wall_ms: None,
             files: Vec::new(),
+            outputs: Outputs::Default,
         }
+    }
+
+    /// What to return as artifacts (see [`Outputs`]).
+    pub fn outputs(mut self, outputs: Outputs) -> Cell {
+        self.outputs = outputs;
+        self
+    }
+
+    /// Return the files that match `pattern` instead of the default `out/**`; repeatable.
+    pub fn output(mut self, pattern: impl Into<String>) -> Cell {
+        match &mut self.outputs {
+            Outputs::Patterns(p) => p.push(pattern.into()),
+            other => *other = Outputs::Patterns(vec![pattern.into()]),
+        }
+        self
     }
 
     pub fn wall_ms(mut self, ms: u64) -> Cell {
@@ -156,9 +176,10 @@ impl Cell {
     }
 }
 
-/// The frames that run `cell`: one `ExecCell` (`ExecCellFiles` with input files), then
-/// `CodeChunk`s when the code does not fit inline, then the files' `FileChunk`s.
-pub(crate) fn exec_frames(cell: &Cell, stdin: bool) -> Result<Frames<'_>> {
+/// The frames that run `cell` on a daemon of protocol `version`: one `ExecCell`
+/// (`ExecCellFiles` with input files, `RunCell` from protocol 8 when it wants artifacts),
+/// then `CodeChunk`s when the code does not fit inline, then the files' `FileChunk`s.
+pub(crate) fn exec_frames(cell: &Cell, stdin: bool, version: u32) -> Result<Frames<'_>> {
     let exec = |code| ExecCell {
         session: cell.session.clone(),
         code,
@@ -166,15 +187,24 @@ pub(crate) fn exec_frames(cell: &Cell, stdin: bool) -> Result<Frames<'_>> {
         wall_ms: cell.wall_ms,
     };
     let plain = |code| Request::ExecCell(Box::new(exec(code)));
-    if cell.files.is_empty() {
+    let artifacts = version >= ARTIFACTS_PROTOCOL && cell.outputs != Outputs::None;
+    if cell.files.is_empty() && !artifacts {
         return Ok(Frames::plain(code_frames(cell.code.as_bytes(), plain)?));
     }
     let described = files::describe(&cell.files)?;
     let head = code_frames(cell.code.as_bytes(), |code| {
-        Request::ExecCellFiles(Box::new(ExecCellFiles {
-            cell: exec(code),
-            files: described.clone(),
-        }))
+        if artifacts {
+            Request::RunCell(Box::new(RunCell {
+                cell: exec(code),
+                files: described.clone(),
+                outputs: cell.outputs.clone(),
+            }))
+        } else {
+            Request::ExecCellFiles(Box::new(ExecCellFiles {
+                cell: exec(code),
+                files: described.clone(),
+            }))
+        }
     })
     .map_err(|e| {
         let fits_without = code_frames(cell.code.as_bytes(), plain).is_ok();
@@ -191,6 +221,10 @@ pub(crate) fn exec_frames(cell: &Cell, stdin: bool) -> Result<Frames<'_>> {
 pub enum CellEvent {
     /// Output bytes, in order within a stream.
     Output(Stream, Vec<u8>),
+    /// Protocol 8+: a file the cell made or changed (after its output).
+    Artifact(Box<Artifact>),
+    /// Protocol 8+: the end of the artifacts, right before `Finished`.
+    Artifacts(Box<ArtifactsReport>),
     /// The last event: how the cell ended (its value, its exception, or the session's end).
     Finished(Box<CellOutcome>),
 }
@@ -201,6 +235,9 @@ pub struct CollectedCell {
     pub outcome: CellOutcome,
     pub stdout: Vec<u8>,
     pub stderr: Vec<u8>,
+    /// The files the cell made or changed (protocol 8+), in path order.
+    pub artifacts: Vec<Artifact>,
+    pub artifacts_report: Option<ArtifactsReport>,
 }
 
 /// A running cell. Await [`CellHandle::next_event`] until it returns `Finished` (or an
@@ -211,6 +248,7 @@ pub struct CollectedCell {
 pub struct CellHandle<'c> {
     core: Exchange<'c>,
     session: SessionHandle,
+    artifacts: Assembler,
 }
 
 impl<'c> CellHandle<'c> {
@@ -228,7 +266,16 @@ impl<'c> CellHandle<'c> {
         if !self.core.running()? {
             return Ok(None);
         }
-        let event = match self.core.recv().await {
+        let event = loop {
+            match self.core.recv().await.and_then(|e| self.artifacts.take(e)) {
+                Ok(Assembled::Partial) => continue,
+                Ok(Assembled::Other(e)) => break Ok(e),
+                Ok(Assembled::Artifact(a)) => return self.settle(Ok(CellEvent::Artifact(a))),
+                Ok(Assembled::Report(r)) => return self.settle(Ok(CellEvent::Artifacts(r))),
+                Err(e) => break Err(e),
+            }
+        };
+        let event = match event {
             Ok(Event::Stdout(bytes)) => Ok(CellEvent::Output(Stream::Stdout, bytes)),
             Ok(Event::Stderr(bytes)) => Ok(CellEvent::Output(Stream::Stderr, bytes)),
             Ok(Event::CellFinished(outcome)) if outcome.session == self.session => {
@@ -243,6 +290,10 @@ impl<'c> CellHandle<'c> {
             Ok(other) => Err(unexpected("output, CellFinished or Error", &other)),
             Err(e) => Err(e),
         };
+        self.settle(event)
+    }
+
+    fn settle(&mut self, event: Result<CellEvent>) -> Result<Option<CellEvent>> {
         self.core
             .settle(event, |e| matches!(e, CellEvent::Finished(_)))
             .map(Some)
@@ -311,8 +362,13 @@ impl Client {
     where
         R: AsyncRead + Unpin + Send + 'c,
     {
+        let version = if cell.outputs != Outputs::None {
+            self.hello().await?.version
+        } else {
+            ARTIFACTS_PROTOCOL - 1
+        };
         // Built first: a broken file rule needs no round trip to be reported.
-        let frames = exec_frames(cell, stdin.is_some());
+        let frames = exec_frames(cell, stdin.is_some(), version);
         if frames.is_ok() {
             self.require_sessions().await?;
             if !cell.files.is_empty() {
@@ -323,6 +379,7 @@ impl Client {
         Ok(CellHandle {
             core,
             session: cell.session.clone(),
+            artifacts: Assembler::default(),
         })
     }
 
@@ -333,16 +390,21 @@ impl Client {
         stdin: Option<&[u8]>,
     ) -> Result<CollectedCell> {
         let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+        let (mut artifacts, mut artifacts_report) = (Vec::new(), None);
         let mut handle = self.exec_cell(cell, stdin).await?;
         while let Some(event) = handle.next_event().await? {
             match event {
                 CellEvent::Output(Stream::Stdout, bytes) => stdout.extend_from_slice(&bytes),
                 CellEvent::Output(Stream::Stderr, bytes) => stderr.extend_from_slice(&bytes),
+                CellEvent::Artifact(a) => artifacts.push(*a),
+                CellEvent::Artifacts(r) => artifacts_report = Some(*r),
                 CellEvent::Finished(outcome) => {
                     return Ok(CollectedCell {
                         outcome: *outcome,
                         stdout,
                         stderr,
+                        artifacts,
+                        artifacts_report,
                     })
                 }
             }
@@ -493,7 +555,7 @@ mod tests {
     #[test]
     fn a_small_cell_is_one_frame_and_a_large_one_is_chunked() {
         let cell = Cell::new(handle(), "x = 1").wall_ms(900);
-        let frames = exec_frames(&cell, true).unwrap().all();
+        let frames = exec_frames(&cell, true, 7).unwrap().all();
         assert_eq!(
             frames
                 .iter()
@@ -507,7 +569,7 @@ mod tests {
             }))]
         );
         let big = Cell::new(handle(), "#".repeat(200_000));
-        let frames = exec_frames(&big, false).unwrap().all();
+        let frames = exec_frames(&big, false, 7).unwrap().all();
         assert!(frames.len() > 1);
         assert!(matches!(
             decode(&frames[0]).unwrap(),
@@ -521,7 +583,7 @@ mod tests {
         let cell = Cell::new(handle(), "#".repeat(70_000))
             .file("in/a.bin", big.clone())
             .file_mode("b.txt", "hi", 0o600);
-        let frames: Vec<Request> = exec_frames(&cell, false)
+        let frames: Vec<Request> = exec_frames(&cell, false, 7)
             .unwrap()
             .all()
             .iter()
@@ -553,7 +615,7 @@ mod tests {
         assert_eq!(data, want);
         let bad = Cell::new(handle(), "x").file("a/../b", "");
         assert!(matches!(
-            exec_frames(&bad, false).map(|f| f.all()),
+            exec_frames(&bad, false, 7).map(|f| f.all()),
             Err(ClientError::InvalidInputFiles(_))
         ));
     }

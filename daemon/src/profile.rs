@@ -50,10 +50,36 @@ pub struct FilesSection {
     /// `/work` where that is less ([`Profile::max_input_bytes`]).
     #[serde(default)]
     pub max_input_bytes: Option<u64>,
+    /// Artifacts (protocol 8+): files returned per job or cell; past it the rest are
+    /// counted as omitted.
+    #[serde(default = "default_max_output_files")]
+    pub max_output_files: u32,
+    /// Bytes per artifact: a larger file is listed as too large, never read.
+    #[serde(default = "default_max_output_file_bytes")]
+    pub max_output_file_bytes: u64,
+    /// Bytes of one job's or cell's artifacts together: a file that would take them past
+    /// it is listed as over the total, never read.
+    #[serde(default = "default_max_output_bytes")]
+    pub max_output_bytes: u64,
 }
 
 /// The most input files a profile may allow per job (their paths travel in the plan).
 pub const MAX_INPUT_FILES: u32 = 1000;
+/// The most artifacts a profile may allow per job or cell.
+pub const MAX_OUTPUT_FILES: u32 = 10_000;
+/// The most bytes of artifacts a profile may allow per job or cell (the daemon holds
+/// them in memory while it sends them).
+pub const MAX_OUTPUT_BYTES: u64 = 1 << 30;
+
+fn default_max_output_files() -> u32 {
+    100
+}
+fn default_max_output_file_bytes() -> u64 {
+    16 << 20
+}
+fn default_max_output_bytes() -> u64 {
+    32 << 20
+}
 
 fn default_max_input_files() -> u32 {
     100
@@ -68,6 +94,9 @@ impl Default for FilesSection {
             max_input_files: default_max_input_files(),
             max_input_file_bytes: default_max_input_file_bytes(),
             max_input_bytes: None,
+            max_output_files: default_max_output_files(),
+            max_output_file_bytes: default_max_output_file_bytes(),
+            max_output_bytes: default_max_output_bytes(),
         }
     }
 }
@@ -460,6 +489,16 @@ pub struct LimitError {
 }
 
 impl Profile {
+    /// What one job's or cell's artifacts may hold (`[files]`).
+    pub fn output_caps(&self) -> vivarium_sandbox::outputs::OutputCaps {
+        let f = &self.file.files;
+        vivarium_sandbox::outputs::OutputCaps {
+            max_files: f.max_output_files,
+            max_file_bytes: f.max_output_file_bytes,
+            max_total_bytes: f.max_output_bytes,
+        }
+    }
+
     /// Bytes that one job's or cell's input files may hold together.
     pub fn max_input_bytes(&self) -> u64 {
         let f = &self.file;
@@ -629,6 +668,27 @@ impl Profile {
                 format!(
                     "must be below filesystem.work_size_bytes ({}): /work holds the files and the script",
                     file.filesystem.work_size_bytes
+                ),
+            ));
+        }
+        if fs.max_output_files > MAX_OUTPUT_FILES {
+            return Err(bad(
+                "files.max_output_files",
+                format!("must be at most {MAX_OUTPUT_FILES}"),
+            ));
+        }
+        if fs.max_output_bytes > MAX_OUTPUT_BYTES {
+            return Err(bad(
+                "files.max_output_bytes",
+                format!("must be at most {MAX_OUTPUT_BYTES}"),
+            ));
+        }
+        if fs.max_output_file_bytes > fs.max_output_bytes {
+            return Err(bad(
+                "files.max_output_file_bytes",
+                format!(
+                    "must be at most files.max_output_bytes ({})",
+                    fs.max_output_bytes
                 ),
             ));
         }
@@ -1181,6 +1241,25 @@ mod tests {
         assert!(with("max_input_files = 1001").is_err());
         assert!(with("max_input_bytes = 67108864").is_err()); // = work_size_bytes
         assert!(with("max_input_file_bytes = 67108865").is_err()); // > fsize_bytes
+        assert!(with("max_output_files = 10001").is_err());
+        assert!(with("max_output_bytes = 1073741825").is_err());
+        assert!(with("max_output_bytes = 10\nmax_output_file_bytes = 11").is_err());
+        let caps = with("max_output_files = 3\nmax_output_file_bytes = 5\nmax_output_bytes = 9")
+            .unwrap()
+            .output_caps();
+        assert_eq!(
+            (caps.max_files, caps.max_file_bytes, caps.max_total_bytes),
+            (3, 5, 9)
+        );
+        let shipped = parse(&default_text()).unwrap().output_caps();
+        assert_eq!(
+            (
+                shipped.max_files,
+                shipped.max_file_bytes,
+                shipped.max_total_bytes
+            ),
+            (100, 16 << 20, 32 << 20)
+        );
         let p =
             with("max_input_files = 2\nmax_input_file_bytes = 10\nmax_input_bytes = 15").unwrap();
         let file = |path: &str, len: u64| vivarium_proto::InputFile {

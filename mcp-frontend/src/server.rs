@@ -322,6 +322,7 @@ impl VivariumServer {
                         }
                     }
                     Ok(Some(JobEvent::Finished(outcome))) => break outcome,
+                    Ok(Some(JobEvent::Artifact(_) | JobEvent::Artifacts(_))) => {}
                     Ok(Some(JobEvent::Started { job_id, .. })) => {
                         debug!(job_id, profile, "job started");
                     }

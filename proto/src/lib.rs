@@ -56,7 +56,11 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
 ///
 /// 7 added input files (appended): `Request::{SubmitFiles, ExecCellFiles, FileChunk}` and
 /// `ErrorCode::InvalidInputFile`.
-pub const PROTOCOL_VERSION: u32 = 7;
+///
+/// 8 added artifacts (appended): `Request::{SubmitJob, RunCell}` and
+/// `Event::{Artifact, ArtifactChunk, Artifacts}`. A connection at 7 or below never gets
+/// them (its jobs return no artifacts).
+pub const PROTOCOL_VERSION: u32 = 8;
 
 /// The oldest protocol version this build still speaks.
 pub const MIN_PROTOCOL_VERSION: u32 = 1;

@@ -55,6 +55,49 @@ pub enum Request {
     /// Protocol 7+: a piece of the input files' bytes (the files of the last
     /// `SubmitFiles`/`ExecCellFiles`, one after the other, each `InputFile::len` long).
     FileChunk(#[serde(with = "serde_bytes")] Vec<u8>),
+    /// Protocol 8+: a job that says what to return as artifacts (and may have packages
+    /// and input files, as `SubmitFiles`; its files' bytes follow the same way). Before
+    /// its `Finished`, the daemon sends each artifact ([`Event::Artifact`] and its
+    /// [`Event::ArtifactChunk`]s) and then [`Event::Artifacts`].
+    SubmitJob(Box<SubmitJob>),
+    /// Protocol 8+: a cell that says what to return, as `SubmitJob` for a job: the
+    /// artifacts come before its `CellFinished`.
+    RunCell(Box<RunCell>),
+}
+
+/// What a job or cell returns as artifacts (protocol 8+; docs/protocol.md, "Artifacts").
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Outputs {
+    /// Every regular file under `/work/out`, and the figures captured
+    /// (`/work/out/figure-N.png`).
+    #[default]
+    Default,
+    /// The regular files under `/work` that match any of these patterns (`/`-separated,
+    /// relative to `/work`; `**` is any number of components, `*` and `?` match within
+    /// one), and the figures captured. At most 64 patterns, 4096 bytes together.
+    Patterns(Vec<String>),
+    /// Nothing: no collection and no figure capture.
+    None,
+}
+
+/// A job with its outputs (protocol 8+).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubmitJob {
+    pub spec: JobSpec,
+    /// PEP 508 requirement strings, as in [`SubmitWith`].
+    pub packages: Vec<String>,
+    /// Input files, as in [`SubmitFiles`] (their bytes follow in `FileChunk` frames).
+    pub files: Vec<InputFile>,
+    pub outputs: Outputs,
+}
+
+/// A cell with its outputs (protocol 8+). In a session only the files that are new or
+/// changed since the session's previous collection are returned.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunCell {
+    pub cell: ExecCell,
+    pub files: Vec<InputFile>,
+    pub outputs: Outputs,
 }
 
 /// One input file (protocol 7+). The daemon refuses the whole job or cell, before any of
@@ -248,6 +291,136 @@ pub enum Event {
     SessionExpired(Box<SessionEnded>),
     /// Protocol 6+: the request about a session was done (`InterruptCell`).
     SessionAck,
+    /// Protocol 8+: an artifact of a `SubmitJob` job or a `RunCell` cell; its bytes follow
+    /// in `ArtifactChunk` frames adding up to `size` (none for an empty file).
+    Artifact(Box<ArtifactHeader>),
+    /// Protocol 8+: a piece of the last `Artifact`'s bytes.
+    ArtifactChunk(#[serde(with = "serde_bytes")] Vec<u8>),
+    /// Protocol 8+: the end of the artifacts (sent for every `SubmitJob` and `RunCell`
+    /// that ran, right before its `Finished` or `CellFinished`): what was not returned,
+    /// and why.
+    Artifacts(Box<ArtifactsReport>),
+}
+
+/// An artifact's description (protocol 8+).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArtifactHeader {
+    /// Relative to `/work`, `/`-separated. A name that is not UTF-8 is decoded lossily
+    /// (U+FFFD), and `path_lossy` says so.
+    pub path: String,
+    pub path_lossy: bool,
+    pub size: u64,
+    /// SHA-256 of the bytes, lowercase hex, computed by the daemon.
+    pub sha256: String,
+    /// Sniffed by the daemon from the first bytes, never from the name: `image/png`,
+    /// `image/jpeg`, `image/gif`, `image/webp`, `image/svg+xml`, `application/pdf`,
+    /// `application/zip`, `application/gzip`, `text/plain; charset=utf-8` (any
+    /// other UTF-8 without NUL: CSV, JSON, ...), or `application/octet-stream`.
+    pub media_type: String,
+}
+
+/// Why a matching entry was not returned (protocol 8+).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SkipKind {
+    Symlink,
+    Fifo,
+    Socket,
+    CharDevice,
+    BlockDevice,
+    /// Larger than the profile's `max_output_file_bytes` (never read).
+    TooLarge,
+    /// It would take the artifacts past `max_output_bytes` (never read).
+    OverTotal,
+    /// It could not be opened or read as the job's user (`errno` says why).
+    Unreadable,
+    /// It was replaced between its listing and its opening.
+    Changed,
+}
+
+impl SkipKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SkipKind::Symlink => "symlink",
+            SkipKind::Fifo => "fifo",
+            SkipKind::Socket => "socket",
+            SkipKind::CharDevice => "char device",
+            SkipKind::BlockDevice => "block device",
+            SkipKind::TooLarge => "too large",
+            SkipKind::OverTotal => "over the total",
+            SkipKind::Unreadable => "unreadable",
+            SkipKind::Changed => "changed while collected",
+        }
+    }
+}
+
+/// A matching entry that was not returned (protocol 8+).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SkippedArtifact {
+    pub path: String,
+    pub path_lossy: bool,
+    pub kind: SkipKind,
+    /// Its size as listed (a symlink: the length of its target), never its content.
+    pub size: u64,
+    /// For `Unreadable`.
+    pub errno: Option<u32>,
+}
+
+/// Whether the artifacts could be collected at all (protocol 8+).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ArtifactsStatus {
+    /// The collection ran (what it returned and skipped is in the report).
+    Collected,
+    /// The job asked for no outputs (`Outputs::None`).
+    NotRequested,
+    /// There was nothing to collect from: the job was killed (timeout, cancel, a
+    /// limit) or its sandbox failed before the collection ran, or the collector's
+    /// answer was refused as malformed. The message says which.
+    NotCollected(String),
+}
+
+/// The end of a job's or cell's artifacts (protocol 8+).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArtifactsReport {
+    pub status: ArtifactsStatus,
+    /// How many `Artifact`s were sent, and their bytes.
+    pub returned: u32,
+    pub returned_bytes: u64,
+    /// Matching entries that were not returned, in path order (at most 10 000).
+    pub skipped: Vec<SkippedArtifact>,
+    /// Matching entries not even listed: files past `max_output_files`, skipped entries
+    /// past the list's bound.
+    pub omitted: u64,
+    /// The walk stopped at its bound of directory entries: there may be more.
+    pub walk_limit: bool,
+    /// A directory deeper than 32 levels or a path longer than 4096 bytes was left out.
+    pub depth_limit: bool,
+    /// The caps that applied (the profile's `[files]`).
+    pub max_files: u32,
+    pub max_file_bytes: u64,
+    pub max_total_bytes: u64,
+}
+
+impl ArtifactsReport {
+    /// A report with nothing returned, with `status`.
+    pub fn empty(status: ArtifactsStatus) -> ArtifactsReport {
+        ArtifactsReport {
+            status,
+            returned: 0,
+            returned_bytes: 0,
+            skipped: Vec::new(),
+            omitted: 0,
+            walk_limit: false,
+            depth_limit: false,
+            max_files: 0,
+            max_file_bytes: 0,
+            max_total_bytes: 0,
+        }
+    }
+
+    /// Whether anything that matched was left out (skipped, omitted, or a walk bound).
+    pub fn incomplete(&self) -> bool {
+        !self.skipped.is_empty() || self.omitted > 0 || self.walk_limit || self.depth_limit
+    }
 }
 
 /// The answer to `OpenSession` (protocol 6+).
@@ -421,6 +594,9 @@ impl Event {
             Event::SessionClosed(_) => "SessionClosed",
             Event::SessionExpired(_) => "SessionExpired",
             Event::SessionAck => "SessionAck",
+            Event::Artifact(_) => "Artifact",
+            Event::ArtifactChunk(_) => "ArtifactChunk",
+            Event::Artifacts(_) => "Artifacts",
         }
     }
 }
@@ -506,6 +682,9 @@ pub enum ErrorCode {
     /// Protocol 7+: an input file breaks a rule (its path, mode, size, or the count or
     /// total of the files); the message names the file. Nothing of the job ran.
     InvalidInputFile,
+    /// Protocol 8+: an output pattern breaks a rule (docs/protocol.md, "Artifacts"); the
+    /// message names it. Nothing of the job ran.
+    InvalidOutputPattern,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

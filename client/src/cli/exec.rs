@@ -115,6 +115,7 @@ pub(crate) async fn drive_cell(
                     cancel_aside(running.interrupter());
                 }
             }
+            Some(CellEvent::Artifact(_) | CellEvent::Artifacts(_)) => {}
             Some(CellEvent::Finished(outcome)) => return Ok(*outcome),
             None => {
                 return Err(ClientError::Protocol(

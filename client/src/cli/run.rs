@@ -293,6 +293,7 @@ async fn drive(
                 eprintln!("viv: job {job_id} started (profile {profile})");
             }
             Some(JobEvent::Queued { .. } | JobEvent::Started { .. }) => {}
+            Some(JobEvent::Artifact(_) | JobEvent::Artifacts(_)) => {}
             Some(JobEvent::Output(stream, bytes)) => {
                 if sink.write(stream, &bytes) && !cancelled {
                     // Our stdout is gone (`viv run x.py | head`): stop the job, as the

@@ -796,3 +796,193 @@ mod tests {
         // The name plays no part: a PNG called .txt is a PNG (the collector's test).
     }
 }
+
+/// Where the figure capture writes (`figures.py`): collected whatever the patterns are.
+pub const FIGURES_PATTERN: &str = "out/figure-*.png";
+
+/// What a job or cell asked to collect: the patterns its collector walks with, never
+/// empty (the default is spelled out, and the figures' pattern is always among them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Wanted {
+    pub patterns: Vec<String>,
+}
+
+/// A request's outputs, checked: `None` for [`Outputs::None`] (nothing is collected).
+pub fn wanted(outputs: vivarium_proto::Outputs) -> Result<Option<Wanted>, PatternError> {
+    use vivarium_proto::Outputs;
+    let mut patterns = match outputs {
+        Outputs::None => return Ok(None),
+        Outputs::Default => vivarium_sandbox::outputs::DEFAULT_PATTERNS
+            .iter()
+            .map(|p| (*p).to_owned())
+            .collect(),
+        Outputs::Patterns(p) => {
+            check_patterns(&p)?;
+            // One place is the figures'.
+            if p.len() >= vivarium_sandbox::outputs::MAX_PATTERNS {
+                return Err(PatternError::TooMany);
+            }
+            p
+        }
+    };
+    if !patterns.iter().any(|p| p == FIGURES_PATTERN) {
+        patterns.push(FIGURES_PATTERN.to_owned());
+    }
+    check_patterns(&patterns)?;
+    Ok(Some(Wanted { patterns }))
+}
+
+/// The collection request a sandbox's collector reads (init's, or the cell loop's): the
+/// caps, then the patterns, NUL-separated. Integers little endian:
+/// `max_files:u32 max_file_bytes:u64 max_total_bytes:u64 count:u32 (pattern NUL)*`.
+pub fn request_bytes(wanted: &Wanted, caps: &OutputCaps) -> Vec<u8> {
+    let mut b = Vec::with_capacity(24 + wanted.patterns.iter().map(|p| p.len() + 1).sum::<usize>());
+    b.extend_from_slice(&caps.max_files.to_le_bytes());
+    b.extend_from_slice(&caps.max_file_bytes.to_le_bytes());
+    b.extend_from_slice(&caps.max_total_bytes.to_le_bytes());
+    b.extend_from_slice(&(wanted.patterns.len() as u32).to_le_bytes());
+    for p in &wanted.patterns {
+        b.extend_from_slice(p.as_bytes());
+        b.push(0);
+    }
+    b
+}
+
+/// Parse `bundle` off the async threads (see [`parse`]'s cost) into what the client is
+/// sent: the collection's report, and the artifacts.
+pub async fn parse_off_thread(
+    bundle: Vec<u8>,
+    wanted: Wanted,
+    caps: OutputCaps,
+) -> Result<Collected, ArtifactsError> {
+    tokio::task::spawn_blocking(move || parse(&bundle, &wanted.patterns, &caps))
+        .await
+        .unwrap_or(Err(ArtifactsError::MissingEnd))
+}
+
+fn skip_kind(k: SkipKind) -> vivarium_proto::SkipKind {
+    use vivarium_proto::SkipKind as K;
+    match k {
+        SkipKind::Symlink => K::Symlink,
+        SkipKind::Fifo => K::Fifo,
+        SkipKind::Socket => K::Socket,
+        SkipKind::CharDevice => K::CharDevice,
+        SkipKind::BlockDevice => K::BlockDevice,
+        SkipKind::TooLarge => K::TooLarge,
+        SkipKind::OverTotal => K::OverTotal,
+        SkipKind::Unreadable => K::Unreadable,
+        SkipKind::Changed => K::Changed,
+    }
+}
+
+/// Send what was collected (or why nothing was) to the client: each artifact as an
+/// `Artifact` and its `ArtifactChunk`s, then the `Artifacts` report.
+pub async fn send(
+    sock: &tokio_seqpacket::UnixSeqpacket,
+    collected: Result<Collected, vivarium_proto::ArtifactsStatus>,
+    caps: &OutputCaps,
+) {
+    use vivarium_proto::{ArtifactHeader, ArtifactsReport, ArtifactsStatus, Event};
+    let collected = match collected {
+        Ok(c) => c,
+        Err(status) => {
+            let mut report = ArtifactsReport::empty(status);
+            report.max_files = caps.max_files;
+            report.max_file_bytes = caps.max_file_bytes;
+            report.max_total_bytes = caps.max_total_bytes;
+            super::conn::send(sock, &Event::Artifacts(Box::new(report))).await;
+            return;
+        }
+    };
+    let returned = collected.artifacts.len() as u32;
+    let returned_bytes = collected.total_bytes();
+    for a in collected.artifacts {
+        let header = ArtifactHeader {
+            path: a.path,
+            path_lossy: a.path_lossy,
+            size: a.size,
+            sha256: a.sha256,
+            media_type: a.media_type.to_owned(),
+        };
+        super::conn::send(sock, &Event::Artifact(Box::new(header))).await;
+        for piece in a.data.chunks(vivarium_proto::MAX_PAYLOAD_CHUNK) {
+            super::conn::send(sock, &Event::ArtifactChunk(piece.to_vec())).await;
+        }
+    }
+    let report = ArtifactsReport {
+        status: ArtifactsStatus::Collected,
+        returned,
+        returned_bytes,
+        skipped: collected
+            .skipped
+            .into_iter()
+            .map(|s| vivarium_proto::SkippedArtifact {
+                path: s.path,
+                path_lossy: s.path_lossy,
+                kind: skip_kind(s.kind),
+                size: s.size,
+                errno: s.errno,
+            })
+            .collect(),
+        omitted: collected.omitted,
+        walk_limit: collected.walk_limit,
+        depth_limit: collected.depth_limit,
+        max_files: caps.max_files,
+        max_file_bytes: caps.max_file_bytes,
+        max_total_bytes: caps.max_total_bytes,
+    };
+    super::conn::send(sock, &Event::Artifacts(Box::new(report))).await;
+}
+
+#[cfg(test)]
+mod wanted_tests {
+    use super::*;
+    use vivarium_proto::Outputs;
+
+    #[test]
+    fn the_figures_are_always_asked_for_and_none_is_nothing() {
+        assert_eq!(wanted(Outputs::None).unwrap(), None);
+        assert_eq!(
+            wanted(Outputs::Default).unwrap().unwrap().patterns,
+            vec!["out/**".to_owned(), FIGURES_PATTERN.to_owned()]
+        );
+        assert_eq!(
+            wanted(Outputs::Patterns(vec!["a.csv".into()]))
+                .unwrap()
+                .unwrap()
+                .patterns,
+            vec!["a.csv".to_owned(), FIGURES_PATTERN.to_owned()]
+        );
+        assert_eq!(
+            wanted(Outputs::Patterns(vec![])).unwrap().unwrap().patterns,
+            vec![FIGURES_PATTERN.to_owned()]
+        );
+        for bad in ["/etc/shadow", "../x", "a\0b", "", "a//b"] {
+            assert!(
+                wanted(Outputs::Patterns(vec![bad.into()])).is_err(),
+                "{bad:?}"
+            );
+        }
+        let many: Vec<String> = (0..64).map(|i| format!("f{i}")).collect();
+        assert!(wanted(Outputs::Patterns(many[..63].to_vec())).is_ok());
+        assert!(wanted(Outputs::Patterns(many)).is_err());
+    }
+
+    #[test]
+    fn the_request_spells_caps_then_patterns() {
+        let w = Wanted {
+            patterns: vec!["out/**".into(), "a".into()],
+        };
+        let caps = OutputCaps {
+            max_files: 1,
+            max_file_bytes: 2,
+            max_total_bytes: 3,
+        };
+        let b = request_bytes(&w, &caps);
+        assert_eq!(&b[..4], &1u32.to_le_bytes());
+        assert_eq!(&b[4..12], &2u64.to_le_bytes());
+        assert_eq!(&b[12..20], &3u64.to_le_bytes());
+        assert_eq!(&b[20..24], &2u32.to_le_bytes());
+        assert_eq!(&b[24..], b"out/**\0a\0");
+    }
+}

@@ -1,6 +1,7 @@
 //! One client connection: hello, authorization, requests, and at most one running job.
 //! Every bad input gets a typed error and the connection (and the daemon) goes on.
 
+use super::artifacts;
 use super::auth::Peer;
 use super::inputs::{self, Inputs};
 use super::job::{self, JobRequest};
@@ -11,8 +12,8 @@ use std::time::Duration;
 use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_seqpacket::UnixSeqpacket;
 use vivarium_proto::{
-    decode, encode, negotiate, Code, ErrorCode, Event, HelloAck, InputFile, JobSpec, Request,
-    WireError, MAX_FRAME,
+    decode, encode, negotiate, Code, ErrorCode, Event, HelloAck, InputFile, JobSpec, Outputs,
+    Request, WireError, MAX_FRAME,
 };
 
 /// Arguments may not add up to more than this (execve has its own, larger, limit).
@@ -131,8 +132,8 @@ impl PackageAsk {
 /// What a connection's code is for: a job, or a session's cell; with its input files
 /// (protocol 7), whose bytes follow the code.
 enum Submission {
-    Job(JobSpec, PackageAsk, Vec<InputFile>),
-    Cell(vivarium_proto::ExecCell, Vec<InputFile>),
+    Job(JobSpec, PackageAsk, Vec<InputFile>, Outputs),
+    Cell(vivarium_proto::ExecCell, Vec<InputFile>, Outputs),
 }
 
 impl Submission {
@@ -153,14 +154,26 @@ impl Submission {
                     inline: version >= 2,
                 },
                 Vec::new(),
+                Outputs::None,
             ),
-            Request::SubmitWith(w) => Submission::Job(w.spec, ask(w.packages), Vec::new()),
+            Request::SubmitWith(w) => {
+                Submission::Job(w.spec, ask(w.packages), Vec::new(), Outputs::None)
+            }
             Request::SubmitFiles(w) => {
                 let w = *w;
-                Submission::Job(w.spec, ask(w.packages), w.files)
+                Submission::Job(w.spec, ask(w.packages), w.files, Outputs::None)
             }
-            Request::ExecCell(cell) => Submission::Cell(*cell, Vec::new()),
-            Request::ExecCellFiles(c) => Submission::Cell(c.cell, c.files),
+            // Protocol 8: the artifacts.
+            Request::SubmitJob(w) => {
+                let w = *w;
+                Submission::Job(w.spec, ask(w.packages), w.files, w.outputs)
+            }
+            Request::ExecCell(cell) => Submission::Cell(*cell, Vec::new(), Outputs::None),
+            Request::ExecCellFiles(c) => Submission::Cell(c.cell, c.files, Outputs::None),
+            Request::RunCell(c) => {
+                let c = *c;
+                Submission::Cell(c.cell, c.files, c.outputs)
+            }
             _ => unreachable!("only the submissions are passed here"),
         }
     }
@@ -168,13 +181,13 @@ impl Submission {
     fn code(&self) -> &Code {
         match self {
             Submission::Job(spec, ..) => &spec.code,
-            Submission::Cell(cell, _) => &cell.code,
+            Submission::Cell(cell, ..) => &cell.code,
         }
     }
 
     fn files(&self) -> &[InputFile] {
         match self {
-            Submission::Job(.., files) | Submission::Cell(_, files) => files,
+            Submission::Job(_, _, files, _) | Submission::Cell(_, files, _) => files,
         }
     }
 }
@@ -566,6 +579,14 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket, peer: Peer) {
                 )
                 .await;
             }
+            (Request::SubmitJob(_) | Request::RunCell(_), Some(v)) if v < 8 => {
+                send_error(
+                    &sock,
+                    ErrorCode::UnexpectedMessage,
+                    "artifacts need protocol version 8",
+                )
+                .await;
+            }
             (
                 Request::SubmitFiles(_) | Request::ExecCellFiles(_) | Request::FileChunk(_),
                 Some(v),
@@ -640,8 +661,10 @@ pub async fn serve(daemon: Arc<Daemon>, sock: UnixSeqpacket, peer: Peer) {
                 req @ (Request::Submit(_)
                 | Request::SubmitWith(_)
                 | Request::SubmitFiles(_)
+                | Request::SubmitJob(_)
                 | Request::ExecCell(_)
-                | Request::ExecCellFiles(_)),
+                | Request::ExecCellFiles(_)
+                | Request::RunCell(_)),
                 Some(v),
             ) => {
                 let what = Submission::from_request(req, v);
@@ -798,7 +821,7 @@ async fn files_allowed(
     }
     let (profile, script) = match what {
         Submission::Job(spec, ..) => (spec.profile.clone(), true),
-        Submission::Cell(cell, _) => {
+        Submission::Cell(cell, ..) => {
             let sessions = &daemon.sessions;
             match sessions
                 .profile_or_answer(sock, &cell.session, peer.uid)
@@ -970,10 +993,12 @@ async fn start_submission(
     script: Script,
 ) -> Option<Running> {
     match what {
-        Submission::Job(spec, ask, _) => {
-            start(daemon, sock, peer, version, spec, script, ask).await
+        Submission::Job(spec, ask, _, outputs) => {
+            start(daemon, sock, peer, version, spec, script, ask, outputs).await
         }
-        Submission::Cell(cell, _) => start_cell(daemon, sock, peer, version, cell, script).await,
+        Submission::Cell(cell, _, outputs) => {
+            start_cell(daemon, sock, peer, version, cell, script, outputs).await
+        }
     }
 }
 
@@ -998,12 +1023,20 @@ async fn start_cell(
     version: u32,
     cell: vivarium_proto::ExecCell,
     script: Script,
+    outputs: Outputs,
 ) -> Option<Running> {
     let Script {
         code,
         inputs,
         permit: code_permit,
     } = script;
+    let outputs = match artifacts::wanted(outputs) {
+        Ok(w) => w,
+        Err(e) => {
+            send_error(sock, ErrorCode::InvalidOutputPattern, e.to_string()).await;
+            return None;
+        }
+    };
     if let Err(e) = std::str::from_utf8(&code) {
         send_error(
             sock,
@@ -1038,6 +1071,7 @@ async fn start_cell(
     let req = super::sessions::ExecRequest {
         code,
         inputs,
+        outputs,
         wall_ms: cell.wall_ms,
         stdin: stdin_rx,
         credits,
@@ -1071,6 +1105,7 @@ async fn start(
     spec: JobSpec,
     script: Script,
     ask: PackageAsk,
+    outputs: Outputs,
 ) -> Option<Running> {
     let Script {
         code,
@@ -1137,6 +1172,10 @@ async fn start(
         Ok(p) => p,
         Err(e) => return refuse(e.code, e.message).await,
     };
+    let outputs = match artifacts::wanted(outputs) {
+        Ok(w) => w,
+        Err(e) => return refuse(ErrorCode::InvalidOutputPattern, e.to_string()).await,
+    };
     let cancel = Arc::new(Notify::new());
     let (stdin_tx, stdin_rx) = if spec.stdin {
         let (tx, rx) = mpsc::unbounded_channel();
@@ -1156,6 +1195,7 @@ async fn start(
         packages,
         credits: stdin_tx.is_some() && version >= 3,
         sandbox_event: version >= 5,
+        outputs,
     };
     if request.credits {
         // What the job's stdin queue holds; more follows as the job reads.

@@ -36,6 +36,8 @@ pub struct JobRequest {
     pub credits: bool,
     /// Protocol 5+: the client is told how the job's sandbox was made (`Event::Sandbox`).
     pub sandbox_event: bool,
+    /// Protocol 8+: what to return as artifacts; `None`: nothing (and no `Artifacts`).
+    pub outputs: Option<super::artifacts::Wanted>,
 }
 
 /// The longest a job waits for the sandbox being built for its empty pool (a build is

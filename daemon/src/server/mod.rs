@@ -3,7 +3,7 @@
 //! privileged step; those are the spawner's.
 
 pub mod activation;
-// Not wired yet: the parser of output bundles (`vivarium_sandbox::outputs`).
+// Wired in the next steps (the sandboxes collect; the server parses and sends).
 #[allow(dead_code)]
 mod artifacts;
 mod auth;

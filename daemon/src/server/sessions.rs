@@ -104,6 +104,8 @@ pub struct ExecRequest {
     pub code: Vec<u8>,
     /// Input files, placed under the session's `/work` before the cell runs.
     pub inputs: super::inputs::Inputs,
+    /// What to return as artifacts (protocol 8+); `None`: nothing.
+    pub outputs: Option<super::artifacts::Wanted>,
     pub wall_ms: Option<u64>,
     pub stdin: Option<mpsc::UnboundedReceiver<StdinChunk>>,
     pub credits: bool,
@@ -1043,6 +1045,7 @@ async fn run_cell(
     let ExecRequest {
         code,
         inputs,
+        outputs: _outputs,
         wall_ms,
         stdin,
         credits,

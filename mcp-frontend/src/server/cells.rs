@@ -172,6 +172,7 @@ impl VivariumServer {
                         }
                     }
                     Ok(Some(CellEvent::Finished(outcome))) => break *outcome,
+                    Ok(Some(CellEvent::Artifact(_) | CellEvent::Artifacts(_))) => {}
                     Ok(None) => return self.tool_error(format!(
                         "the Vivarium daemon closed the connection before the cell's outcome (it \
                          stopped or restarted); the cell's end was not reported. A call with \
