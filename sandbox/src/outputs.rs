@@ -992,6 +992,43 @@ mod tests {
     }
 
     #[test]
+    fn a_collection_request_parses_only_as_the_server_writes_it() {
+        let mut b = Vec::new();
+        b.extend_from_slice(&7u32.to_le_bytes());
+        b.extend_from_slice(&8u64.to_le_bytes());
+        b.extend_from_slice(&9u64.to_le_bytes());
+        b.extend_from_slice(&2u32.to_le_bytes());
+        b.extend_from_slice(b"out/**\0a.csv\0");
+        let r = parse_request(&b).unwrap();
+        assert_eq!(
+            r.caps,
+            OutputCaps {
+                max_files: 7,
+                max_file_bytes: 8,
+                max_total_bytes: 9
+            }
+        );
+        assert_eq!(r.patterns, vec!["out/**".to_owned(), "a.csv".to_owned()]);
+        // Truncated, a missing NUL, a wrong count, an extra pattern, a bad pattern,
+        // no pattern at all.
+        assert!(parse_request(&b[..20]).is_none());
+        assert!(parse_request(&b[..b.len() - 1]).is_none());
+        let mut wrong = b.clone();
+        wrong[20] = 3;
+        assert!(parse_request(&wrong).is_none());
+        let mut extra = b.clone();
+        extra.extend_from_slice(b"x\0");
+        assert!(parse_request(&extra).is_none());
+        let mut bad = b[..24].to_vec();
+        bad[20] = 1;
+        bad.extend_from_slice(b"../x\0");
+        assert!(parse_request(&bad).is_none());
+        let mut none = b[..24].to_vec();
+        none[20] = 0;
+        assert!(parse_request(&none).is_none());
+    }
+
+    #[test]
     fn patterns_are_checked() {
         assert!(check_pattern("out/**").is_ok());
         for bad in [

@@ -773,7 +773,7 @@ async fn csv_in_chart_out(daemon: &Daemon) {
     // One figure open after the show (the second); the subprocess keeps plain Agg.
     assert_eq!(
         String::from_utf8_lossy(&done.stdout),
-        "12 1\nagg\n",
+        "12 1\nAgg\n",
         "{done:#?}"
     );
     let names: Vec<&str> = done.artifacts.iter().map(|a| a.path()).collect();
