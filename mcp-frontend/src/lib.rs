@@ -56,12 +56,14 @@
 //! [`files::decode`]: see that module and docs/mcp.md, "Input files".
 #![forbid(unsafe_code)]
 
+pub mod artifacts;
 pub mod cell;
 pub mod excerpt;
 pub mod files;
 pub mod images;
 pub mod limiter;
 pub mod lines;
+pub mod resources;
 pub mod server;
 pub mod session;
 pub mod tool;
@@ -100,6 +102,10 @@ pub struct Config {
     pub progress_interval: Duration,
     /// How often the daemon's profiles are asked for again (a reload changes the tool).
     pub profile_refresh: Duration,
+    /// How long `resources/read` serves a result's artifacts.
+    pub artifact_ttl: Duration,
+    /// Bytes of artifacts kept for `resources/read` at most (the oldest are evicted).
+    pub artifact_store_bytes: u64,
 }
 
 /// Why serving stopped with an error.
