@@ -54,6 +54,18 @@
 //!
 //! `files` (text or base64) go with the job or the cell, checked and decoded first by
 //! [`files::decode`]: see that module and docs/mcp.md, "Input files".
+//!
+//! # Artifacts
+//!
+//! What a job or cell leaves under /work/out (and the matplotlib figures it showed or left
+//! open) comes back in its result ([`artifacts`]): images as image content fitted to the
+//! image budget ([`images`]: long side 1568 px, 1.15 MP, 8 images, 600 KiB), each after a
+//! caption naming its path; small text files inlined; resource links; and
+//! `structuredContent.artifacts` listing every file and what was skipped. The text stays
+//! within `--text-chars` and the whole result under 1 MB. [`resources`] keeps the files
+//! in memory for `resources/read` for `--artifact-ttl` (1 hour), at most
+//! `--artifact-store-mib` (256 MiB, oldest evicted first), under URIs bound to this
+//! instance (`vivarium-artifact://<128 random bits>/<n>/<path>`).
 #![forbid(unsafe_code)]
 
 pub mod artifacts;
