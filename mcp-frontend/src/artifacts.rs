@@ -233,13 +233,24 @@ pub fn prepare_now(
     budget: &ImageBudget,
 ) -> Option<Prepared> {
     let Collected { artifacts, report } = collected;
-    if artifacts.is_empty()
-        && report
-            .as_ref()
-            .is_none_or(|r| r.status == ArtifactsStatus::NotRequested)
-    {
+    // Nothing returned and nothing left out: nothing to say (most runs write no files).
+    let quiet = |r: &ArtifactsReport| {
+        matches!(
+            r.status,
+            ArtifactsStatus::Collected | ArtifactsStatus::NotRequested
+        ) && r.skipped.is_empty()
+            && r.omitted == 0
+            && !r.walk_limit
+            && !r.depth_limit
+    };
+    if artifacts.is_empty() && report.as_ref().is_none_or(quiet) {
         return None;
     }
+    // A killed run's error already says why: the report goes to structuredContent only.
+    let silent = artifacts.is_empty()
+        && report
+            .as_ref()
+            .is_some_and(|r| matches!(r.status, ArtifactsStatus::NotCollected(_)));
     let share = (text_chars / 4).max(250);
     let ttl_s = store.ttl().as_secs();
 
@@ -461,7 +472,7 @@ pub fn prepare_now(
     });
     Some(Prepared {
         structured,
-        note,
+        note: if silent { String::new() } else { note },
         blocks,
     })
 }
@@ -722,7 +733,9 @@ fn render(call: &CallToolResult, prepared: &Prepared) -> CallToolResult {
             serde_json::to_value(&prepared.structured).expect("artifacts serialize"),
         );
     }
-    call.content.push(ContentBlock::text(prepared.note.clone()));
+    if !prepared.note.is_empty() {
+        call.content.push(ContentBlock::text(prepared.note.clone()));
+    }
     for block in &prepared.blocks {
         match block {
             Block::Text(t) => call.content.push(ContentBlock::text(t.clone())),
@@ -1277,6 +1290,60 @@ mod tests {
             crate::tool::call_result(&outcome(), b"hi\n", b"", Budgets::default(), None, None);
         let same = attach(call.clone(), None);
         assert_eq!(same, call);
+    }
+
+    #[test]
+    fn a_run_that_wrote_no_files_gets_no_note_and_a_killed_one_a_structured_report() {
+        let call = job_result(
+            Collected {
+                artifacts: vec![],
+                report: Some(report(0, vec![])),
+            },
+            &store(),
+            Budgets::default(),
+            b"hi\n",
+            b"",
+        );
+        assert_eq!(call.content.len(), 1, "{call:?}");
+        assert!(call.structured_content.as_ref().unwrap()["artifacts"].is_null());
+        let killed = ArtifactsReport {
+            status: ArtifactsStatus::NotCollected("the job was killed (timeout)".into()),
+            ..report(0, vec![])
+        };
+        let call = job_result(
+            Collected {
+                artifacts: vec![],
+                report: Some(killed),
+            },
+            &store(),
+            Budgets::default(),
+            b"",
+            b"",
+        );
+        assert_eq!(call.content.len(), 1, "{call:?}");
+        let a = &call.structured_content.as_ref().unwrap()["artifacts"];
+        assert_eq!(a["status"], "not_collected");
+        assert_eq!(a["detail"], "the job was killed (timeout)");
+        // Something skipped is worth a note even with nothing returned.
+        let skipped = SkippedArtifact {
+            path: "out/fifo".into(),
+            path_lossy: false,
+            kind: SkipKind::Fifo,
+            size: 0,
+            errno: None,
+        };
+        let call = job_result(
+            Collected {
+                artifacts: vec![],
+                report: Some(report(0, vec![skipped])),
+            },
+            &store(),
+            Budgets::default(),
+            b"",
+            b"",
+        );
+        assert_eq!(call.content.len(), 2, "{call:?}");
+        assert!(all_text(&call).contains("out/fifo (fifo, 0 bytes)"));
     }
 
     #[test]

@@ -289,7 +289,53 @@ fn artifacts_come_back_as_images_links_and_structured_content_and_are_read_back(
         "{listed}"
     );
 
+    send(json!({"jsonrpc": "2.0", "id": 7, "method": "tools/list"}));
+    let (tools, _) = answer(7);
+    validate(
+        &tools["result"]["tools"][0]["outputSchema"],
+        &result["structuredContent"],
+    );
+
     drop(stdin);
     let status = child.wait().unwrap();
     assert!(status.success(), "{status}");
+}
+
+/// Check `value` against the JSON Schema `schema` with Python's `jsonschema` (as the MCP
+/// SDK does), when a Python with it is there (`$VIVARIUM_MCP_PYTHON`); a loud skip else,
+/// a failure with `VIVARIUM_REQUIRE_MCP_SDK=1`.
+fn validate(schema: &Value, value: &Value) {
+    let python = std::env::var("VIVARIUM_MCP_PYTHON").unwrap_or_else(|_| "python3".into());
+    let script = "import json, sys, jsonschema\n\
+                  schema, value = json.load(sys.stdin)\n\
+                  jsonschema.Draft202012Validator(schema).validate(value)\n\
+                  print('valid')\n";
+    let child = Command::new(&python)
+        .args(["-c", script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn();
+    let Ok(mut child) = child else {
+        return skip_validation(&python);
+    };
+    let input = serde_json::to_vec(&json!([schema, value])).unwrap();
+    child.stdin.take().unwrap().write_all(&input).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if stderr.contains("No module named 'jsonschema'") {
+        return skip_validation(&python);
+    }
+    assert!(
+        out.status.success() && out.stdout.starts_with(b"valid"),
+        "structuredContent does not match the outputSchema:\n{stderr}"
+    );
+}
+
+fn skip_validation(python: &str) {
+    let why = format!("no jsonschema in {python}: the output schema check does not run");
+    if std::env::var("VIVARIUM_REQUIRE_MCP_SDK").as_deref() == Ok("1") {
+        panic!("{why}, and VIVARIUM_REQUIRE_MCP_SDK=1 says it must run");
+    }
+    eprintln!("SKIPPED: {why} (set VIVARIUM_MCP_PYTHON)");
 }
