@@ -351,7 +351,8 @@ pub fn prepare_now(
         .sum();
     let mut room = share.saturating_sub(note_budget + captions);
 
-    // Small text files, inlined while they fit.
+    // Small text files, inlined while they fit in half the room; links get the rest.
+    let mut inline_room = room / 2;
     let mut inlined = 0;
     for (i, entry) in entries.iter_mut().enumerate() {
         if !resources::is_text(&entry.media_type) || datas[i].len() > INLINE_MAX_BYTES {
@@ -366,19 +367,25 @@ pub fn prepare_now(
             entry.size
         );
         let chars = block.chars().count();
-        if chars > room {
+        if chars > inline_room {
             continue;
         }
+        inline_room -= chars;
         room -= chars;
         entry.shown_as = "inlined".into();
         blocks.push(Block::Text(block));
         inlined += 1;
     }
 
-    // Links: files not shown first (originals of downscaled images, other files), then
-    // the images shown as they are.
+    // Links: files not in the content first (originals of downscaled images, other
+    // files), then the images shown as they are and the inlined text.
     let mut order: Vec<usize> = (0..entries.len()).collect();
-    order.sort_by_key(|&i| (entries[i].shown_as == "image", i));
+    order.sort_by_key(|&i| {
+        (
+            matches!(entries[i].shown_as.as_str(), "image" | "inlined"),
+            i,
+        )
+    });
     let mut links = 0;
     for i in order {
         let entry = &entries[i];

@@ -291,10 +291,7 @@ pub fn link(uri: &str, header: &ArtifactHeader) -> Resource {
     Resource::new(uri, &header.path)
         .with_mime_type(&header.media_type)
         .with_size(header.size)
-        .with_description(format!(
-            "/work/{} from run_python ({} bytes, sha256 {})",
-            header.path, header.size, header.sha256
-        ))
+        .with_description(format!("/work/{} ({} bytes)", header.path, header.size))
 }
 
 /// `path` with every byte but the unreserved ones (RFC 3986) and `/` percent-encoded.
