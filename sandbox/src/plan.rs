@@ -393,6 +393,7 @@ pub struct ZygoteSeccompWire {
 /// The warm sandbox's `-c` program: read one job from stdin (the header of
 /// [`warm_header`]), write it to [`SCRIPT_PATH`], run it as `__main__`.
 pub const WARM_BOOTSTRAP: &str = concat!(
+    include_str!("figures_hook.py"),
     // The input files' code as a string, compiled by a job that has files (INPUTS_PY:
     // concat! takes literals only).
     "_VIVARIUM_INPUTS_PY = r'''",
@@ -400,6 +401,24 @@ pub const WARM_BOOTSTRAP: &str = concat!(
     "'''\n",
     include_str!("warm_bootstrap.py")
 );
+/// A cold job's `-c` program, followed by [`SCRIPT_PATH`] and the job's arguments: the
+/// figures hook, then the script run as `python3 <flags> /work/main.py` runs it
+/// (`cold_stub.py`).
+pub const COLD_PROGRAM: &str = concat!(
+    include_str!("figures_hook.py"),
+    include_str!("cold_stub.py")
+);
+
+/// The figures hook (`figures_hook.py`): first on `sys.meta_path` in every program
+/// above, it makes matplotlib's default backend `vivarium_figures`.
+pub const FIGURES_HOOK: &str = include_str!("figures_hook.py");
+
+/// matplotlib's backend in the sandbox (`figures.py`): Agg, and every figure shown or
+/// left open saved as `/work/out/figure-N.png`. A file on the read-only root, at
+/// [`FIGURES_PATH`].
+pub const FIGURES_PY: &str = include_str!("figures.py");
+pub const FIGURES_PATH: &str = "/etc/vivarium/vivarium_figures.py";
+
 /// The session bootstrap: a cell loop over the control link on fd 0, in one persistent
 /// `__main__` (docs/ARCHITECTURE.md, "Sessions"). It is run in parts, as
 /// [`session_program`] says.
@@ -429,6 +448,8 @@ pub fn session_program() -> Vec<String> {
         stub.to_string(),
         INPUTS_PY.to_string(),
         OUTPUTS_PY.to_string(),
+        // The first part: the figures hook, before the preloads.
+        FIGURES_HOOK.to_string(),
     ];
     argv.extend(parts.map(str::to_string));
     argv.push("--".into());

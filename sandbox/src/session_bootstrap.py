@@ -597,6 +597,14 @@ while True:
     with lock:
         state["current"] = None  # (serve() does it, unless interrupted before)
     outcome = box[0]
+    # The cell's figures still open: saved (out/figure-N.png) and closed, as
+    # matplotlib-inline does after each cell (figures.py).
+    figures = sys_.modules.get("vivarium_figures")
+    if figures is not None:
+        try:
+            figures.flush_figures()
+        except BaseException_:
+            pass
     flush_all()
     try:
         null_stdin()

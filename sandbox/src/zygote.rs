@@ -58,6 +58,7 @@ pub const INIT_FD: i32 = 5;
 /// The zygote's `-c` program: the warm bootstrap's functions, then the zygote's loop.
 pub const ZYGOTE_BOOTSTRAP: &str = concat!(
     "_vivarium_zygote = True\n",
+    include_str!("figures_hook.py"),
     "_VIVARIUM_INPUTS_PY = r'''",
     include_str!("inputs.py"),
     "'''\n",

@@ -19,7 +19,7 @@ use vivarium_e2e::{
 /// Printed first by a job: `WARM` if its interpreter was started with the warm
 /// bootstrap's `-c` (a sandbox built ahead), `COLD` if it runs its script file.
 const MARK: &str =
-    "import sys; print('WARM' if '-c' in sys.orig_argv else 'COLD', file=sys.stderr)\n";
+    "import sys; print('COLD' if '/work/main.py' in sys.orig_argv else 'WARM', file=sys.stderr)\n";
 
 fn mark(c: &Collected) -> Option<String> {
     String::from_utf8_lossy(&c.stderr)

@@ -698,8 +698,9 @@ async fn data_science_stacks_from_pypi_install_and_import() {
     let stacks: &[(&[&str], &str)] = &[
         (
             &["pandas", "matplotlib"],
-            // The sandbox's matplotlib defaults (issue 20): Agg without asking for it, a
-            // default figure of 960 x 720 px, its config and cache on /tmp.
+            // The sandbox's matplotlib defaults (issue 20): Agg (as Vivarium's backend,
+            // which captures figures) without asking for it, a default figure of 960 x
+            // 720 px, its config and cache on /tmp.
             "import pandas, matplotlib\nimport matplotlib.pyplot as plt\nfig = plt.figure()\nplt.plot([1, 2])\nfig.savefig('p.png')\nfrom PIL import Image\nprint(int(pandas.DataFrame({'a': [1, 2, 3]})['a'].sum()), matplotlib.get_backend().lower(), Image.open('p.png').size, matplotlib.get_configdir())\n",
         ),
         (
@@ -720,7 +721,7 @@ async fn data_science_stacks_from_pypi_install_and_import() {
         ),
     ];
     let expected = [
-        "6 agg (960, 720) /tmp/matplotlib\n",
+        "6 module://vivarium_figures (960, 720) /tmp/matplotlib\n",
         "2.0\n",
         "[1, 2, 3]\n",
         "6\n",
@@ -747,6 +748,92 @@ async fn data_science_stacks_from_pypi_install_and_import() {
             );
         }
     }
+    csv_in_chart_out(&daemon).await;
+}
+
+/// Issue 20 end to end, on the environment the test above installed: a CSV in, pandas
+/// reads it, matplotlib charts come out as PNGs within the image budget; a figure shown
+/// (`plt.show()`) and one left open are each captured once, as a job's and as a session
+/// cell's artifacts (the second cell's too), and a subprocess's matplotlib still works.
+async fn csv_in_chart_out(daemon: &Daemon) {
+    let csv = "month,sales\njan,3\nfeb,5\nmar,4\n";
+    let code = "import pandas as pd, matplotlib.pyplot as plt\n\
+                df = pd.read_csv('data/sales.csv')\n\
+                df.plot(x='month', y='sales')\n\
+                plt.show()\n\
+                plt.figure(); plt.bar(df['month'], df['sales'])\n\
+                print(int(df['sales'].sum()), len(plt.get_fignums()))\n\
+                import subprocess, sys\n\
+                subprocess.run([sys.executable, '-c', 'import matplotlib.pyplot as p; p.plot([1]); p.savefig(\"/tmp/s.png\"); print(p.get_backend())'], check=True)\n";
+    let job = Job::new(code)
+        .package("pandas")
+        .package("matplotlib")
+        .file("data/sales.csv", csv);
+    let done = ok(daemon, &job).await;
+    // One figure open after the show (the second); the subprocess keeps plain Agg.
+    assert_eq!(
+        String::from_utf8_lossy(&done.stdout),
+        "12 1\nagg\n",
+        "{done:#?}"
+    );
+    let names: Vec<&str> = done.artifacts.iter().map(|a| a.path()).collect();
+    assert_eq!(
+        names,
+        vec!["out/figure-1.png", "out/figure-2.png"],
+        "{done:#?}"
+    );
+    for a in &done.artifacts {
+        assert_eq!(a.media_type(), "image/png");
+        let (w, h) = png_size(&a.data);
+        assert_eq!((w, h), (960, 720), "{}", a.path());
+        assert!(w.max(h) <= 1568 && u64::from(w) * u64::from(h) <= 1_150_000);
+    }
+    // A session on the same environment: each cell's figures, once.
+    let mut client = daemon.client().await;
+    let spec = vivarium_client::SessionSpec::new()
+        .package("pandas")
+        .package("matplotlib");
+    let h = client
+        .open_session(&spec)
+        .await
+        .expect("session")
+        .info
+        .handle;
+    let cell = |code: &str| vivarium_client::Cell::new(h.clone(), code);
+    let first = client
+        .exec_cell_collect(&cell("import matplotlib.pyplot as plt\nplt.plot([1, 2]); plt.show()\nplt.figure(); plt.plot([3])"), None)
+        .await
+        .unwrap();
+    let paths = |c: &vivarium_client::CollectedCell| -> Vec<String> {
+        c.artifacts.iter().map(|a| a.path().to_owned()).collect()
+    };
+    assert_eq!(
+        paths(&first),
+        vec!["out/figure-1.png", "out/figure-2.png"],
+        "{first:#?}"
+    );
+    let second = client
+        .exec_cell_collect(
+            &cell("print(len(plt.get_fignums()))\nplt.plot([4, 5])"),
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&second.stdout), "0\n");
+    assert_eq!(paths(&second), vec!["out/figure-3.png"], "{second:#?}");
+    let third = client
+        .exec_cell_collect(&cell("x = 1"), None)
+        .await
+        .unwrap();
+    assert!(third.artifacts.is_empty(), "{third:#?}");
+    client.close_session(&h).await.unwrap();
+}
+
+/// A PNG's width and height, from its IHDR.
+fn png_size(data: &[u8]) -> (u32, u32) {
+    assert!(data.starts_with(b"\x89PNG\r\n\x1a\n") && &data[12..16] == b"IHDR");
+    let be = |i: usize| u32::from_be_bytes(data[i..i + 4].try_into().unwrap());
+    (be(16), be(20))
 }
 
 /// The one test against the real index: numpy from PyPI, then the cached environment.
@@ -1006,7 +1093,8 @@ async fn a_warm_profile_serves_its_packages_preloaded() {
         fx.offline_profile(&[])
     );
     let daemon = Daemon::start(fx.opts(1 << 30).warm_pools().profile("offline", &text));
-    let probe = "import sys\nprint('-c' in sys.orig_argv, 'vivtiny' in sys.modules)\n\
+    let probe =
+        "import sys\nprint('/work/main.py' not in sys.orig_argv, 'vivtiny' in sys.modules)\n\
                  import vivtiny\nprint(vivtiny.answer(), sys.prefix)\n";
     // The first job creates the pool (cold, and installs).
     let first = ok(&daemon, &job(probe, &["vivtiny"])).await;
@@ -1038,7 +1126,8 @@ async fn a_warm_profile_serves_its_packages_preloaded() {
     // No packages asked: not this pool's set, so a cold job without the environment.
     let plain = ok(
         &daemon,
-        &Job::new("import sys\nprint('-c' in sys.orig_argv, sys.prefix)\n").profile("offline"),
+        &Job::new("import sys\nprint('/work/main.py' not in sys.orig_argv, sys.prefix)\n")
+            .profile("offline"),
     )
     .await;
     assert_eq!(String::from_utf8_lossy(&plain.stdout), "False /usr\n");

@@ -32,6 +32,11 @@ fn etc_files() -> Vec<MountStep> {
         file("/etc/hostname", "vivarium\n"),
         file("/etc/resolv.conf", ""),
         file(MATPLOTLIBRC_PATH, MATPLOTLIBRC),
+        // matplotlib's backend in the sandbox (figures_hook.py picks it).
+        file(
+            vivarium_sandbox::plan::FIGURES_PATH,
+            vivarium_sandbox::plan::FIGURES_PY,
+        ),
     ]
 }
 
@@ -284,8 +289,12 @@ fn build_in(
     cgroups: Option<&[ViewMount]>,
 ) -> JobPlan {
     let py = &profile.file.python;
+    // `python3 <flags> -c COLD_PROGRAM /work/main.py <args>`: the script as run directly,
+    // with the figures hook first (vivarium_sandbox::plan::COLD_PROGRAM).
     let mut argv = vec![py.interpreter.to_string_lossy().into_owned()];
     argv.extend(py.args.iter().cloned());
+    argv.push("-c".to_owned());
+    argv.push(vivarium_sandbox::plan::COLD_PROGRAM.to_owned());
     argv.push(SCRIPT_PATH.to_owned());
     argv.extend(args.iter().cloned());
     let sec = &profile.file.security;
@@ -378,8 +387,8 @@ pub fn build_warm(
     cgroups: Option<&[ViewMount]>,
 ) -> JobPlan {
     let mut plan = build(job_id, profile, limits, &[], seccomp, cgroups);
-    plan.argv.pop(); // the script path
-    plan.argv.push("-c".into());
+    // `-c COLD_PROGRAM /work/main.py` becomes `-c WARM_BOOTSTRAP`.
+    plan.argv.truncate(plan.argv.len() - 2);
     plan.argv.push(WARM_BOOTSTRAP.into());
     // The modules to import before waiting: the bootstrap's own argv.
     plan.argv.extend(profile.file.warm.preload.iter().cloned());
@@ -629,7 +638,15 @@ mod tests {
         let plan = build_in(host.path(), 7, &p, &limits, &args, vec![], Some(&[]));
         assert_eq!(
             plan.argv,
-            vec!["/usr/bin/python3", "-I", "-u", "/work/main.py", "x"]
+            vec![
+                "/usr/bin/python3",
+                "-I",
+                "-u",
+                "-c",
+                vivarium_sandbox::plan::COLD_PROGRAM,
+                "/work/main.py",
+                "x"
+            ]
         );
         assert_eq!(
             plan.env,

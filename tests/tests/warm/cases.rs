@@ -28,7 +28,7 @@ fn warm_profile(pool: u32, idle_secs: u64) -> String {
 /// What a job prints first about where it ran: `ZYGOTE` (forked from a zygote, whose
 /// `-c` program starts with `_vivarium_zygote`), `WARM` (a warm sandbox started cold:
 /// its interpreter's real command line holds the bootstrap's `-c`) or `COLD`.
-const WARM_MARK: &str = "import sys; print('ZYGOTE' if any(a.startswith('_vivarium_zygote') for a in sys.orig_argv) else 'WARM' if '-c' in sys.orig_argv else 'COLD')\n";
+const WARM_MARK: &str = "import sys; print('ZYGOTE' if any(a.startswith('_vivarium_zygote') for a in sys.orig_argv) else 'COLD' if '/work/main.py' in sys.orig_argv else 'WARM')\n";
 /// The mark of a job of the profile under test.
 const EXPECTED_MARK: &str = if ZYGOTE { "ZYGOTE" } else { "WARM" };
 
