@@ -129,6 +129,7 @@ fn cell_result_with(
             expires_in_seconds: (!ended && o.expires_at_unix_ms > 0)
                 .then_some(o.expires_in_ms / 1000),
         }),
+        artifacts: None,
     }
 }
 

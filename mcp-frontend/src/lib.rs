@@ -54,14 +54,28 @@
 //!
 //! `files` (text or base64) go with the job or the cell, checked and decoded first by
 //! [`files::decode`]: see that module and docs/mcp.md, "Input files".
+//!
+//! # Artifacts
+//!
+//! What a job or cell leaves under /work/out (and the matplotlib figures it showed or left
+//! open) comes back in its result ([`artifacts`]): images as image content fitted to the
+//! image budget ([`images`]: long side 1568 px, 1.15 MP, 8 images, 600 KiB), each after a
+//! caption naming its path; small text files inlined; resource links; and
+//! `structuredContent.artifacts` listing every file and what was skipped. The text stays
+//! within `--text-chars` and the whole result under 1 MB. [`resources`] keeps the files
+//! in memory for `resources/read` for `--artifact-ttl` (1 hour), at most
+//! `--artifact-store-mib` (256 MiB, oldest evicted first), under URIs bound to this
+//! instance (`vivarium-artifact://<128 random bits>/<n>/<path>`).
 #![forbid(unsafe_code)]
 
+pub mod artifacts;
 pub mod cell;
 pub mod excerpt;
 pub mod files;
 pub mod images;
 pub mod limiter;
 pub mod lines;
+pub mod resources;
 pub mod server;
 pub mod session;
 pub mod tool;
@@ -100,6 +114,10 @@ pub struct Config {
     pub progress_interval: Duration,
     /// How often the daemon's profiles are asked for again (a reload changes the tool).
     pub profile_refresh: Duration,
+    /// How long `resources/read` serves a result's artifacts.
+    pub artifact_ttl: Duration,
+    /// Bytes of artifacts kept for `resources/read` at most (the oldest are evicted).
+    pub artifact_store_bytes: u64,
 }
 
 /// Why serving stopped with an error.

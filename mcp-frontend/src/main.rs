@@ -42,6 +42,13 @@ struct Args {
     /// client gets notifications/tools/list_changed).
     #[arg(long, default_value_t = 10.0)]
     profile_refresh: f64,
+    /// Seconds that resources/read serves a result's artifacts (files the code left in
+    /// /work/out, captured plots) after the call that returned them.
+    #[arg(long, default_value_t = vivarium_mcp::resources::DEFAULT_TTL.as_secs(), env = "VIVARIUM_MCP_ARTIFACT_TTL", value_parser = clap::value_parser!(u64).range(1..=604_800))]
+    artifact_ttl: u64,
+    /// MiB of artifacts kept for resources/read at most; past it the oldest are evicted.
+    #[arg(long, default_value_t = vivarium_mcp::resources::DEFAULT_MAX_BYTES >> 20, env = "VIVARIUM_MCP_ARTIFACT_STORE_MIB", value_parser = clap::value_parser!(u64).range(0..=65_536))]
+    artifact_store_mib: u64,
 }
 
 #[tokio::main]
@@ -69,6 +76,8 @@ async fn main() -> std::process::ExitCode {
         default_profile: args.profile,
         progress_interval: Duration::from_secs_f64(args.progress_interval.clamp(0.1, 10.0)),
         profile_refresh: Duration::from_secs_f64(args.profile_refresh.clamp(0.1, 3600.0)),
+        artifact_ttl: Duration::from_secs(args.artifact_ttl),
+        artifact_store_bytes: args.artifact_store_mib << 20,
     };
     match vivarium_mcp::serve_stdio(config).await {
         Ok(()) => std::process::ExitCode::SUCCESS,

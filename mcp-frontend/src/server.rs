@@ -7,8 +7,9 @@ use std::time::{Duration, Instant};
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
-    ServerCapabilities, ServerConfig, Tool,
+    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
+    ProgressToken, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities,
+    ServerConfig, Tool,
 };
 use rmcp::service::{Peer, RequestContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -17,8 +18,10 @@ use tracing::{debug, info, warn};
 use vivarium_client::{Client, ClientError, Job, JobEvent, ProfileInfo, Stream};
 use vivarium_proto::{error_chain, ErrorCode, ProfileFeatures};
 
+use crate::artifacts::{self, Collected};
 use crate::cell::{self, CLOSE_TOOL_NAME, LIST_TOOL_NAME};
 use crate::limiter::{Admission, Limiter, Refusal, Ticket};
+use crate::resources::ArtifactStore;
 use crate::session::Registry;
 use crate::tool::{self, RunPythonArgs, TOOL_NAME};
 use crate::Config;
@@ -48,6 +51,8 @@ struct Inner {
     eof: watch::Receiver<bool>,
     /// The sessions this instance knows (crate::session).
     sessions: Registry,
+    /// The artifacts its results returned, for `resources/read` (crate::resources).
+    artifacts: Arc<ArtifactStore>,
 }
 
 impl VivariumServer {
@@ -68,12 +73,16 @@ impl VivariumServer {
         );
         VivariumServer {
             inner: Arc::new(Inner {
-                config,
                 limiter,
                 profiles: Mutex::new(profiles),
                 features: Mutex::new(features),
                 eof,
                 sessions: Registry::new(),
+                artifacts: Arc::new(ArtifactStore::new(
+                    config.artifact_ttl,
+                    config.artifact_store_bytes,
+                )),
+                config,
             }),
         }
     }
@@ -296,6 +305,7 @@ impl VivariumServer {
         let mut eof = self.inner.eof.clone();
         let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
         let mut latest_line = String::new();
+        let mut collected = Collected::default();
         let outcome = loop {
             tokio::select! {
                 biased;
@@ -322,7 +332,8 @@ impl VivariumServer {
                         }
                     }
                     Ok(Some(JobEvent::Finished(outcome))) => break outcome,
-                    Ok(Some(JobEvent::Artifact(_) | JobEvent::Artifacts(_))) => {}
+                    Ok(Some(JobEvent::Artifact(a))) => collected.artifacts.push(*a),
+                    Ok(Some(JobEvent::Artifacts(r))) => collected.report = Some(*r),
                     Ok(Some(JobEvent::Started { job_id, .. })) => {
                         debug!(job_id, profile, "job started");
                     }
@@ -345,16 +356,25 @@ impl VivariumServer {
             reason = tool::reason_name(outcome.reason),
             "job finished"
         );
-        tool::call_result(
+        let packages = handle.packages().cloned();
+        drop(handle);
+        let prepared = artifacts::prepare(
+            collected,
+            self.inner.artifacts.clone(),
+            config.budgets.text_chars,
+        )
+        .await;
+        let call = tool::call_result(
             &outcome,
             &stdout,
             &stderr,
-            config.budgets,
-            handle.packages(),
+            artifacts::json_budgets(config.budgets, prepared.as_ref()),
+            packages.as_ref(),
             self.profiles()
                 .and_then(|ps| ps.into_iter().find(|p| p.name == outcome.profile))
                 .map(|p| p.max.output_bytes),
-        )
+        );
+        artifacts::attach(call, prepared)
     }
 }
 
@@ -624,6 +644,7 @@ impl ServerHandler for VivariumServer {
             ServerCapabilities::builder()
                 .enable_tools()
                 .enable_tool_list_changed()
+                .enable_resources()
                 .build(),
         );
         info.server_info = server_info();
@@ -649,6 +670,30 @@ impl ServerHandler for VivariumServer {
             cell::close_tool(),
             cell::list_tool(),
         ]))
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        Ok(ListResourcesResult::with_all_items(
+            self.inner.artifacts.list(),
+        ))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        match self.inner.artifacts.read(&request.uri) {
+            Ok(result) => Ok(result.into()),
+            Err(e) => {
+                debug!(uri = %request.uri, reason = e.reason(), "resource not served");
+                Err(e.to_error_data())
+            }
+        }
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {

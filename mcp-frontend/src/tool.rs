@@ -118,6 +118,12 @@ pub struct RunPythonResult {
     /// value, and when the session expires.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub session: Option<SessionResult>,
+    /// The files the run returned (everything under /work/out, and the matplotlib figures
+    /// it showed or left open): each with path, size, media type, sha256 and a
+    /// `resources/read` URI, how the result shows it (image, downscaled, inlined, link),
+    /// and what was skipped or not listed. Absent when the daemon returns no artifacts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub artifacts: Option<crate::artifacts::ArtifactsResult>,
 }
 
 /// A session cell's part of the result.
@@ -817,6 +823,15 @@ pub fn description(
          usage): structuredContent keeps up to {out} characters of each stream (head and \
          tail); the text content is the same JSON, led by \"error\" when the run failed, \
          with excerpts cut so that the whole text stays within {text} characters.\n\
+         Files out: everything the code writes under /work/out (and matplotlib figures it \
+         shows or leaves open) comes back. Images (PNG, JPEG, GIF, WebP by content) are \
+         image content, each after a caption naming its path, downscaled to at most \
+         {long_side} px and {mp} megapixels, at most {max_images} images and {image_kib} KiB \
+         per result (the text says which were left out and why). Small text files are \
+         inlined; every file is a resource link that resources/read serves (an hour by default; each result says) \
+         from this server; structuredContent.artifacts lists each file (path, size, type, \
+         sha256, URI, how it was shown) and what was skipped (links, FIFOs, devices, files \
+         over the caps). The whole result stays under 1 MB.\n\
          Sessions, for multi-step work on the same data: `session_id: \"new\"` opens one \
          (variables, imports and files in /work persist between its cells), \
          `result.session.session_id` continues it, and each cell's last expression comes back \
@@ -832,6 +847,10 @@ pub fn description(
          {{\"code\": \"sum(data)\", \"session_id\": \"mcp_...\"}}{packages_example}",
         out = budgets.output_chars,
         text = budgets.text_chars,
+        long_side = crate::images::DEFAULT_LONG_SIDE,
+        mp = crate::images::DEFAULT_MAX_PIXELS as f64 / 1e6,
+        max_images = crate::images::DEFAULT_MAX_IMAGES,
+        image_kib = crate::images::DEFAULT_MAX_TOTAL_BYTES / 1024,
         lifetime = session_lifetime_text(),
         python = python.unwrap_or("3"),
     )
@@ -883,6 +902,7 @@ fn result_with(
             from_cache: p.from_cache,
         }),
         session: None,
+        artifacts: None,
     }
 }
 

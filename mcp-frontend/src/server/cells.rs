@@ -145,6 +145,7 @@ impl VivariumServer {
         let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
         let mut latest_line = String::new();
         let kept = format!("the session `{id}` and its state are kept");
+        let mut collected = crate::artifacts::Collected::default();
         let outcome = loop {
             tokio::select! {
                 biased;
@@ -172,7 +173,8 @@ impl VivariumServer {
                         }
                     }
                     Ok(Some(CellEvent::Finished(outcome))) => break *outcome,
-                    Ok(Some(CellEvent::Artifact(_) | CellEvent::Artifacts(_))) => {}
+                    Ok(Some(CellEvent::Artifact(a))) => collected.artifacts.push(*a),
+                    Ok(Some(CellEvent::Artifacts(r))) => collected.report = Some(*r),
                     Ok(None) => return self.tool_error(format!(
                         "the Vivarium daemon closed the connection before the cell's outcome (it \
                          stopped or restarted); the cell's end was not reported. A call with \
@@ -192,7 +194,13 @@ impl VivariumServer {
         if let CellStatus::SessionEnded(ended) = &outcome.status {
             sessions.ended(&id, (**ended).clone());
         }
-        cell::cell_call_result(
+        let prepared = crate::artifacts::prepare(
+            collected,
+            self.inner.artifacts.clone(),
+            config.budgets.text_chars,
+        )
+        .await;
+        let call = cell::cell_call_result(
             CellRun {
                 id: &id,
                 profile: &profile,
@@ -201,8 +209,9 @@ impl VivariumServer {
             },
             &stdout,
             &stderr,
-            config.budgets,
-        )
+            crate::artifacts::json_budgets(config.budgets, prepared.as_ref()),
+        );
+        crate::artifacts::attach(call, prepared)
     }
 
     /// `close_session`: end the session `arg` names, and say how it ended.
@@ -384,6 +393,8 @@ mod tests {
             default_profile: "default".into(),
             progress_interval: Duration::from_secs(1),
             profile_refresh: Duration::from_secs(10),
+            artifact_ttl: Duration::from_secs(3600),
+            artifact_store_bytes: 1 << 20,
         };
         let (_tx, rx) = tokio::sync::watch::channel(false);
         VivariumServer::new(config, None, rx)
