@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
-"""What input files cost a job (issue 20): the same job with and without a file, side by
+"""What input files and artifacts cost a job (issue 20): the same job with and without a
+file in, and writing a file that is returned (under out/) or not (under /tmp), side by
 side in one run, through the client library (bench_client, latency mode), on a profile
 that serves ready sandboxes (the shipped default) and on a cold one (the default's
 policy without [warm]). Each round runs every variant once, in a random order, so that
 machine drift falls on all alike. Reports medians and the added time per MB.
 
 The job prints the size of its `input.bin` (it is there, whole); the no-file job prints 0.
+The artifact jobs write the same number of bytes either to /tmp/o.bin (not returned) or
+to out/o.bin (returned, and checked to be whole): their difference is what returning
+the file costs.
 
     cargo build --release --workspace --lib --bins --examples
     python3 bench/files.py [--runs 40] [--mb 10]
@@ -22,6 +26,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import perf  # noqa: E402
 
 CODE = "import os; print(os.path.getsize('input.bin') if os.path.exists('input.bin') else 0)"
+OUT = ("import os\nos.makedirs('out', exist_ok=True)\n"
+       "open('%s', 'wb').write(bytes(range(256)) * (%d // 256))\nprint(0)")
 
 
 def main():
@@ -52,6 +58,10 @@ def main():
                 variants[(profile, 0)] = perf.Library(client, sock, profile, CODE, "0\n")
                 variants[(profile, size)] = perf.Library(client, sock, profile, CODE, f"{size}\n",
                                                          input_bytes=size)
+                n = size // 256 * 256
+                variants[(profile, "tmp")] = perf.Library(client, sock, profile, OUT % ("/tmp/o.bin", n), "0\n")
+                variants[(profile, "out")] = perf.Library(client, sock, profile, OUT % ("out/o.bin", n), "0\n",
+                                                          artifact_bytes=n)
             times = {k: [] for k in variants}
             for _ in range(args.runs):
                 order = list(variants)
@@ -64,11 +74,15 @@ def main():
         finally:
             d.terminate()
             d.wait(timeout=30)
-    print(f"input file of {size / 1e6:g} MB, {args.runs} rounds, medians:")
+    print(f"a file of {size / 1e6:g} MB, {args.runs} rounds, medians:")
     for profile in ("default", "cold"):
         bare, with_file = statistics.median(times[(profile, 0)]), statistics.median(times[(profile, size)])
-        print(f"  {profile:8} without {bare:7.2f} ms   with {with_file:7.2f} ms   "
+        print(f"  in:  {profile:8} without {bare:7.2f} ms   with {with_file:7.2f} ms   "
               f"added {with_file - bare:6.2f} ms = {(with_file - bare) / (size / 1e6):.2f} ms/MB")
+    for profile in ("default", "cold"):
+        kept, returned = statistics.median(times[(profile, "tmp")]), statistics.median(times[(profile, "out")])
+        print(f"  out: {profile:8} in /tmp {kept:7.2f} ms   in out/ (returned) {returned:7.2f} ms   "
+              f"added {returned - kept:6.2f} ms = {(returned - kept) / (size / 1e6):.2f} ms/MB")
 
 
 if __name__ == "__main__":

@@ -75,13 +75,16 @@ def bwrap_cmd(code):
 class Library:
     """A long-lived bench_client in latency mode: one line in, one job, one time out."""
 
-    def __init__(self, exe, sock, profile, code="pass", expect="", packages=(), input_bytes=0):
+    def __init__(self, exe, sock, profile, code="pass", expect="", packages=(), input_bytes=0,
+                 artifact_bytes=0):
         cmd = [exe, "--socket", sock, "--profile", profile, "--code", code, "--expect", expect,
                "--mode", "latency"]
         for p in packages:
             cmd += ["--package", p]
         if input_bytes:
             cmd += ["--input-bytes", str(input_bytes)]
+        if artifact_bytes:
+            cmd += ["--expect-artifact-bytes", str(artifact_bytes)]
         self.p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.kinds = []
 

@@ -19,7 +19,8 @@
 //!   memory, read from outside).
 //!
 //! With `--input-bytes N`, each job carries an input file `input.bin` of N bytes (for
-//! `bench/files.py`, the cost of input files per MB).
+//! `bench/files.py`, the cost of input files per MB); with `--expect-artifact-bytes N`,
+//! a job must return N bytes of artifacts (the cost of artifacts per MB).
 //!
 //! A job that does not end `ok` with the expected stdout counts as failed (and makes
 //! `latency` exit non-zero): a benchmark of failing jobs measures nothing.
@@ -67,6 +68,9 @@ struct Args {
     /// many bytes (0: none; the job is then submitted exactly as without the option).
     #[arg(long, default_value_t = 0)]
     input_bytes: usize,
+    /// `latency`: the artifacts' bytes each job must return (checked, as the stdout is).
+    #[arg(long, default_value_t = 0)]
+    expect_artifact_bytes: u64,
 }
 
 fn ms_since(start: Instant) -> f64 {
@@ -146,6 +150,13 @@ async fn one_job(args: &Args) -> Result<(f64, &'static str)> {
     let mut client = Client::connect(&args.socket).await?;
     let done = client.run_collect(&job, None).await?;
     let ms = start.elapsed().as_secs_f64() * 1000.0;
+    let returned: u64 = done.artifacts.iter().map(|a| a.data.len() as u64).sum();
+    if returned != args.expect_artifact_bytes {
+        bail!(
+            "job returned {returned} bytes of artifacts, not {}",
+            args.expect_artifact_bytes
+        );
+    }
     if done.outcome.reason != Reason::Ok || done.stdout != args.expect.as_bytes() {
         bail!(
             "job ended {:?} with stdout {:?}, stderr {:?}",
