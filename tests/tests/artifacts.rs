@@ -338,3 +338,53 @@ async fn a_cell_returns_what_it_made_or_changed() {
     );
     client.close_session(&h).await.unwrap();
 }
+
+#[tokio::test]
+async fn a_version_7_connection_gets_no_artifacts_and_cannot_ask() {
+    use vivarium_e2e::proto::{Code, Event, JobSpec, Request, SubmitFiles, SubmitJob};
+    if !require_root() {
+        return;
+    }
+    let daemon = Daemon::start(DaemonOpts::default());
+    let mut conn = vivarium_e2e::RawConn::connect(daemon.socket()).await;
+    assert_eq!(conn.hello_versions(1, 7).await.version, 7);
+    let spec = JobSpec {
+        profile: "default".into(),
+        code: Code::Inline(MAKE_OUTPUTS.as_bytes().to_vec()),
+        args: Vec::new(),
+        stdin: false,
+        limits: Default::default(),
+    };
+    conn.send(&Request::SubmitJob(Box::new(SubmitJob {
+        spec: spec.clone(),
+        packages: Vec::new(),
+        files: Vec::new(),
+        outputs: Outputs::Default,
+    })))
+    .await;
+    match conn.recv().await {
+        Event::Error(e) if e.code == ErrorCode::UnexpectedMessage => {
+            assert!(e.message.contains("version 8"), "{e:?}")
+        }
+        other => panic!("{other:?}"),
+    }
+    // Its jobs run as before: no artifact event comes, whatever is in out/.
+    conn.send(&Request::SubmitFiles(Box::new(SubmitFiles {
+        spec,
+        packages: Vec::new(),
+        files: Vec::new(),
+    })))
+    .await;
+    loop {
+        match conn.recv().await {
+            Event::Finished(o) => {
+                assert_eq!(o.reason, Reason::Ok, "{o:?}");
+                break;
+            }
+            e @ (Event::Artifact(_) | Event::ArtifactChunk(_) | Event::Artifacts(_)) => {
+                panic!("a version-7 connection got {e:?}")
+            }
+            _ => {}
+        }
+    }
+}
