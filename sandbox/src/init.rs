@@ -69,6 +69,10 @@ pub struct InitFds {
     pub stdin: OwnedFd,
     pub stdout: OwnedFd,
     pub stderr: OwnedFd,
+    /// Init's end of the outputs link (a stream socket): the server's collection
+    /// request, and the bundle init writes back at the job's end
+    /// ([`crate::outputs::collect_for_job`]).
+    pub outputs: OwnedFd,
     /// Handed to the payload as fds 3, 4, ...: a zygote's control socket and library.
     pub extra: Vec<OwnedFd>,
     /// cgroup v1: where the spawner sends the job cgroup's `tasks` files once it has
@@ -111,6 +115,7 @@ pub fn run(args: InitArgs<'_>) -> ! {
         &fds.stdin,
         &fds.stdout,
         &fds.stderr,
+        &fds.outputs,
     ]
     .into_iter()
     .chain(&fds.extra)
@@ -143,6 +148,7 @@ pub fn run(args: InitArgs<'_>) -> ! {
         stdin: fds.stdin,
         stdout: fds.stdout,
         stderr: fds.stderr,
+        outputs: fds.outputs,
         extra: fds.extra,
         attach: fds.attach,
     };
@@ -172,6 +178,7 @@ struct ChildFds {
     stdin: OwnedFd,
     stdout: OwnedFd,
     stderr: OwnedFd,
+    outputs: OwnedFd,
     extra: Vec<OwnedFd>,
     attach: Option<OwnedFd>,
 }
@@ -366,7 +373,13 @@ fn init(
     } else {
         Pid::from_raw(-payload.as_raw())
     };
-    supervise(payload, exec_r, status, everyone)
+    supervise(payload, exec_r, status, everyone)?;
+    // The job's artifacts, as its user, once nothing of it runs (a plan without its own
+    // pid namespace, test-only, may leave processes of the job behind: no collection).
+    if plan.layers.namespaces.pid {
+        crate::outputs::collect_for_job(&fds.outputs, owner);
+    }
+    Ok(())
 }
 
 /// In init, once the payload is forked: what a plan with fewer layers asks of it (a
@@ -395,7 +408,9 @@ fn after_fork(layers: &crate::plan::Layers) -> Result<(), SetupError> {
 /// Init's part once the payload is forked: relay the payload's setup report (`Running`
 /// or `Failed`), reap until the payload ends, then end and reap whatever it left
 /// (`everyone`: -1, or the payload's process group) and report `Exited`. Shared by a
-/// cold job's init and a zygote job's (`crate::zygote`).
+/// cold job's init and a zygote job's (`crate::zygote`). (The caller collects the job's
+/// artifacts after: the spawner has the job's report by then, so its wall time and
+/// deadlines are the job's alone.)
 pub(crate) fn supervise(
     payload: Pid,
     exec_r: OwnedFd,

@@ -1,6 +1,7 @@
 //! The typed protocol between the server and the privileged spawner, over a
-//! SOCK_SEQPACKET socketpair. `Spawn` carries four fds by SCM_RIGHTS: the sealed code
-//! memfd and the job's stdin, stdout and stderr pipe ends.
+//! SOCK_SEQPACKET socketpair. `Spawn` carries five fds by SCM_RIGHTS: the sealed code
+//! memfd, the job's stdin, stdout and stderr pipe ends, and init's end of the outputs
+//! link.
 
 use crate::plan::JobPlan;
 use crate::report::{Failure, WaitStatus};

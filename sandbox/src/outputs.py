@@ -88,15 +88,18 @@ def _vivarium_outputs_below(pattern, path):
 
 
 def _vivarium_outputs_collect(out_fd, patterns, max_files, max_file_bytes,
-                              max_total_bytes, work="/work"):
+                              max_total_bytes, work="/work", seen=None):
     # Write the bundle of what `patterns` (none: out/**) match under `work` to `out_fd`.
     # Returns (files, file_bytes, skipped, omitted, flags). An entry's failure is a
     # record; a failure to open or read `work` itself, or to write, raises OSError.
+    # With `seen` (a session's: path -> identity), an entry whose identity (device,
+    # inode, size, mtime, ctime, type, from its lstat) is the one an earlier collection
+    # listed is left out, and what this one lists is put there.
     patterns = list(patterns) or ["out/**"]
     w = {
         "patterns": patterns, "caps": (max_files, max_file_bytes, max_total_bytes),
         "buf": bytearray(b"VIVOUT1\n"), "fd": out_fd, "files": 0, "bytes": 0,
-        "skipped": 0, "omitted": 0, "flags": 0, "visits": 0,
+        "skipped": 0, "omitted": 0, "flags": 0, "visits": 0, "seen": seen,
     }
     dir_flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
     root = os.open(work, dir_flags)
@@ -157,13 +160,22 @@ def _vivarium_outputs_entries(w, fd, names, prefix, depth):
             if below and not _vivarium_outputs_enter(w, fd, name, path, depth + 1, st):
                 return False
             continue
+        if not matches:
+            continue
+        seen = w["seen"]
+        if seen is not None:
+            ident = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, kind)
+            if seen.get(path) == ident:
+                continue
+            seen[path] = ident
         if kind == 0o100000:
-            if matches:
-                _vivarium_outputs_file(w, fd, name, path, st)
+            if not _vivarium_outputs_file(w, fd, name, path, st) and seen is not None:
+                del seen[path]  # omitted: a later collection may return it
             continue
         tag = {0o120000: 2, 0o010000: 3, 0o140000: 4, 0o020000: 5, 0o060000: 6}.get(kind, 9)
-        if matches:
-            _vivarium_outputs_skip(w, tag, path, st.st_size, 22 if tag == 9 else None)
+        if not _vivarium_outputs_skip(w, tag, path, st.st_size, 22 if tag == 9 else None) \
+                and seen is not None:
+            del seen[path]
     return True
 
 
@@ -199,10 +211,11 @@ def _vivarium_outputs_enter(w, fd, name, path, depth, st):
 
 
 def _vivarium_outputs_file(w, fd, name, path, st):
+    # False when the file was omitted (past max_files); else it was listed.
     max_files, max_file_bytes, max_total_bytes = w["caps"]
     if w["files"] >= max_files:
         w["omitted"] += 1
-        return
+        return False
     size = st.st_size
     if size > max_file_bytes:
         return _vivarium_outputs_skip(w, 7, path, size, None)
@@ -244,19 +257,21 @@ def _vivarium_outputs_file(w, fd, name, path, st):
         _vivarium_outputs_write(w["fd"], chunk)
     w["files"] += 1
     w["bytes"] += read
+    return True
 
 
 def _vivarium_outputs_skip(w, tag, path, size, errno):
-    # A record other than FILE, or an omitted entry past MAX_SKIPPED.
+    # A record other than FILE, or an omitted entry past MAX_SKIPPED (False).
     if w["skipped"] >= _vivarium_outputs_limits[2]:
         w["omitted"] += 1
-        return
+        return False
     _vivarium_outputs_header(w, tag, path, size)
     if tag == 9:
         w["buf"] += (errno or 5).to_bytes(4, "little")
     w["skipped"] += 1
     if len(w["buf"]) >= 1 << 16:
         _vivarium_outputs_flush(w)
+    return True
 
 
 def _vivarium_outputs_header(w, tag, path, size):

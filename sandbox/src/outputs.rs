@@ -598,6 +598,117 @@ fn same_file(a: &FileStat, b: &FileStat) -> bool {
     (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 }
 
+/// The most bytes of a collection request ([`parse_request`]).
+pub const MAX_REQUEST: usize = 64 * 1024;
+
+/// What to collect, as the server asks it of a sandbox's collector.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CollectRequest {
+    pub caps: OutputCaps,
+    pub patterns: Vec<String>,
+}
+
+/// Parse a collection request (`vivariumd::server::artifacts::request_bytes`): integers
+/// little endian, `max_files:u32 max_file_bytes:u64 max_total_bytes:u64 count:u32`, then
+/// `count` patterns each ended by a NUL. `None` if it is anything else, or its patterns
+/// break [`check_patterns`].
+pub fn parse_request(b: &[u8]) -> Option<CollectRequest> {
+    let head = b.get(..24)?;
+    let u32_at = |i: usize| u32::from_le_bytes(head[i..i + 4].try_into().expect("4"));
+    let u64_at = |i: usize| u64::from_le_bytes(head[i..i + 8].try_into().expect("8"));
+    let caps = OutputCaps {
+        max_files: u32_at(0),
+        max_file_bytes: u64_at(4),
+        max_total_bytes: u64_at(12),
+    };
+    let count = u32_at(20) as usize;
+    let body = &b[24..];
+    if count > MAX_PATTERNS || body.last().is_some_and(|&c| c != 0) {
+        return None;
+    }
+    let patterns: Vec<String> = body
+        .split(|&c| c == 0)
+        .take(count)
+        .map(|p| String::from_utf8(p.to_vec()).ok())
+        .collect::<Option<_>>()?;
+    let len: usize = patterns.iter().map(|p| p.len() + 1).sum();
+    if patterns.len() != count || len != body.len() || patterns.is_empty() {
+        return None;
+    }
+    check_patterns(&patterns).ok()?;
+    Some(CollectRequest { caps, patterns })
+}
+
+/// A job's collection at its end, by its init (a cold job's, a warm sandbox's, a zygote
+/// job's), once every process of the job is gone: so nothing of the job runs while its
+/// files are read. The server wrote the request to `link` (a stream socket) before the
+/// job could end: `len:u32` and the request. Without one (a sandbox whose job asked for
+/// no outputs, or that never got a job), nothing is collected: the read never waits.
+/// The bundle is written to `link` as `owner`'s filesystem ids (checked: nothing is read
+/// with init's own), then the link is shut for writing, which the server reads as the
+/// bundle's end. Failures end the collection quietly; the server, which sees a bundle
+/// without its `END`, reports the artifacts as not collected.
+pub fn collect_for_job(link: &OwnedFd, owner: (u32, u32)) {
+    use nix::sys::socket::{recv, shutdown, MsgFlags, Shutdown};
+    use std::os::fd::AsRawFd;
+    let mut len = [0u8; 4];
+    let got = recv(
+        link.as_raw_fd(),
+        &mut len,
+        MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_WAITALL,
+    );
+    if got != Ok(4) {
+        return;
+    }
+    let len = u32::from_le_bytes(len) as usize;
+    if len > MAX_REQUEST {
+        return;
+    }
+    let mut req = vec![0u8; len];
+    let mut at = 0;
+    while at < len {
+        match recv(link.as_raw_fd(), &mut req[at..], MsgFlags::MSG_DONTWAIT) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => at += n,
+        }
+    }
+    let Some(req) = parse_request(&req) else {
+        return;
+    };
+    let old_gid = nix::unistd::setfsgid(nix::unistd::Gid::from_raw(owner.1));
+    let old_uid = nix::unistd::setfsuid(nix::unistd::Uid::from_raw(owner.0));
+    let now = (
+        nix::unistd::setfsuid(nix::unistd::Uid::from_raw(u32::MAX)).as_raw(),
+        nix::unistd::setfsgid(nix::unistd::Gid::from_raw(u32::MAX)).as_raw(),
+    );
+    if now == owner {
+        let mut out = LinkWriter(link);
+        let _ = collect(Path::new("/work"), &req.patterns, &req.caps, &mut out);
+    }
+    nix::unistd::setfsuid(old_uid);
+    nix::unistd::setfsgid(old_gid);
+    let _ = shutdown(link.as_raw_fd(), Shutdown::Write);
+}
+
+/// Writes to a socket without `SIGPIPE` (a server that stopped reading is an error).
+struct LinkWriter<'a>(&'a OwnedFd);
+
+impl Write for LinkWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        use std::os::fd::AsRawFd;
+        nix::sys::socket::send(
+            self.0.as_raw_fd(),
+            buf,
+            nix::sys::socket::MsgFlags::MSG_NOSIGNAL,
+        )
+        .map_err(io::Error::from)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -407,13 +407,16 @@ pub const SESSION_BOOTSTRAP: &str = include_str!("session_bootstrap.py");
 
 /// How the warm bootstrap and the cell loop place input files (`inputs.py`).
 const INPUTS_PY: &str = include_str!("inputs.py");
+/// How the cell loop collects a cell's outputs (`outputs.py`).
+pub const OUTPUTS_PY: &str = include_str!("outputs.py");
 
 /// Where [`SESSION_BOOTSTRAP`] is cut into the parts its stub compiles one at a time.
 const SESSION_PART: &str = "\n#: part\n";
 
 /// The session bootstrap's arguments after the interpreter's flags: `-c` and the stub
 /// (the file up to its first part line), the input files' code (`inputs.py`, compiled
-/// when a cell first has files), each part as an argument of its own, then `--`;
+/// when a cell first has files), the outputs' (`outputs.py`, compiled when a cell first
+/// asks for its outputs), each part as an argument of its own, then `--`;
 /// the profile's preload modules follow. (One 20 KB `-c` program left the compiler's
 /// peak in the interpreter's heap: ~0.8 MiB more private memory per idle session.)
 pub fn session_program() -> Vec<String> {
@@ -421,7 +424,12 @@ pub fn session_program() -> Vec<String> {
     let stub = parts.next().unwrap_or_default();
     // The input files' code (shared with the warm bootstrap), as a string the loop
     // compiles at its first cell with files; then the parts.
-    let mut argv = vec!["-c".to_string(), stub.to_string(), INPUTS_PY.to_string()];
+    let mut argv = vec![
+        "-c".to_string(),
+        stub.to_string(),
+        INPUTS_PY.to_string(),
+        OUTPUTS_PY.to_string(),
+    ];
     argv.extend(parts.map(str::to_string));
     argv.push("--".into());
     argv
@@ -502,7 +510,8 @@ mod tests {
             argv[2], INPUTS_PY,
             "the input files' code, compiled when used"
         );
-        let parts = &argv[3..argv.len() - 1];
+        assert_eq!(argv[3], OUTPUTS_PY, "the outputs' code, compiled when used");
+        let parts = &argv[4..argv.len() - 1];
         // The memory an idle session keeps depends on the largest part (the compiler's
         // peak): keep each one small.
         assert!(parts.len() >= 8, "{} parts", parts.len());

@@ -5,10 +5,14 @@
 #
 # At start fd 0 is the control link (a SOCK_SEQPACKET socket), fd 1 and fd 2 are pipes to
 # the daemon. Daemon -> sandbox, one datagram each, integers little endian:
-#   b"C" + cell:u32 + code_len:u64 [+ files:u32], with the read end of the cell's stdin
-#        pipe attached (SCM_RIGHTS), then b"D" + bytes datagrams adding up to code_len;
-#        with `files`, that many input files (inputs.py) come first on the stdin pipe,
-#        placed under /work before the cell runs;
+#   b"C" + cell:u32 + code_len:u64 [+ files:u32 [+ request]], with the read end of the
+#        cell's stdin pipe attached (SCM_RIGHTS), then b"D" + bytes datagrams adding up
+#        to code_len; with `files`, that many input files (inputs.py) come first on the
+#        stdin pipe, placed under /work before the cell runs; with a collection request
+#        (outputs.rs, `parse_request`: caps, then NUL-ended patterns), the write end of
+#        an outputs pipe comes second: after the cell, what the patterns match that is
+#        new or changed since the last collection is written there as a bundle
+#        (outputs.py), and the pipe closed, before the result;
 #   b"I" + cell:u32: interrupt that cell if it is the one running;
 #   EOF: the session is over.
 # Sandbox -> daemon: b"R" + json, one per cell (daemon/src/server/cell_link.rs).
@@ -29,16 +33,17 @@
 # idle session's private memory by ~0.8 MiB. The first part, up to the first `#: part`
 # line, is the `-c` stub; each later part is an argument of its own, compiled and run in
 # order in one namespace (sandbox::plan::session_program splits this file); before them
-# comes inputs.py's source, compiled at the first cell with files (INPUTS_PY). The last
-# part runs the loop and never returns.
+# comes inputs.py's source, compiled at the first cell with files (INPUTS_PY), and
+# outputs.py's, compiled at the first cell that asks for its outputs (OUTPUTS_PY). The
+# last part runs the loop and never returns.
 import sys
 
 
 def _vivarium_parts(argv):
     end = argv.index("--")
     ns = {"__name__": "__vivarium_session__", "__builtins__": __builtins__,
-          "PRELOAD": argv[end + 1:], "INPUTS_PY": argv[1]}
-    parts = argv[2:end]
+          "PRELOAD": argv[end + 1:], "INPUTS_PY": argv[1], "OUTPUTS_PY": argv[2]}
+    parts = argv[3:end]
     del argv[:]
     parts.reverse()
     while parts:
@@ -223,18 +228,21 @@ def reader():
         tag = data[:1]
         if flags & _socket.MSG_TRUNC:
             tag = b""  # longer than any datagram of the protocol
-        if tag == b"C" and len(data) in (13, 17) and len(fds) == 1:
+        if tag == b"C" and len(data) in (13, 17) and len(fds) == 1 or (
+                tag == b"C" and len(data) > 17 and len(fds) == 2):
             if pending is not None:
-                close_fds([pending[1]])
+                close_fds([pending[1]] + ([pending[6][0]] if pending[6] else []))
             code_len = int.from_bytes(data[5:13], "little")
             files = int.from_bytes(data[13:17], "little")
-            pending = [int.from_bytes(data[1:5], "little"), fds[0], code_len, [], 0, files]
+            outputs = outputs_request(data[17:], fds[1]) if len(fds) == 2 else None
+            pending = [int.from_bytes(data[1:5], "little"), fds[0], code_len, [], 0, files,
+                       outputs]
         elif tag == b"D" and pending is not None and len(data) > 1:
             pending[3].append(data[1:])
             pending[4] += len(data) - 1
             close_fds(fds)
             if pending[4] > pending[2]:
-                close_fds([pending[1]])
+                close_fds([pending[1]] + ([pending[6][0]] if pending[6] else []))
                 pending = None
         elif tag == b"I" and len(data) == 5:
             close_fds(fds)
@@ -251,8 +259,25 @@ def reader():
         if pending is not None and pending[4] == pending[2]:
             with lock:
                 state["queued"], state["early"] = pending[0], None
-            cells.put((pending[0], pending[1], b"".join(pending[3]), pending[5]))
+            cells.put((pending[0], pending[1], b"".join(pending[3]), pending[5], pending[6]))
             pending = None
+
+
+def outputs_request(b, fd):
+    # (fd, its identity, caps, patterns) of a collection request, or None (fd closed).
+    try:
+        count = int.from_bytes(b[20:24], "little")
+        patterns = [p.decode("utf-8") for p in b[24:].split(b"\0")[:-1]]
+        if len(b) < 24 or len(patterns) != count or not patterns or b[-1:] != b"\0":
+            raise ValueError("a malformed collection request")
+        caps = (int.from_bytes(b[0:4], "little"), int.from_bytes(b[4:12], "little"),
+                int.from_bytes(b[12:20], "little"))
+        os.set_inheritable(fd, False)
+        st = os.fstat(fd)
+        return (fd, (st.st_dev, st.st_ino), caps, patterns)
+    except (ValueError, OSError):
+        close_fds([fd])
+        return None
 
 
 #: part
@@ -528,12 +553,36 @@ def serve(cell, stdin_fd, source, files, box):
 
 
 #: part
+outputs_seen = {}  # path -> identity of what earlier cells' collections listed
+
+def collect_outputs(spec):
+    # After a cell: its outputs to the pipe the daemon gave, only if that fd is still
+    # the pipe (a cell may have closed it, and its number been reused since).
+    fd, ident, caps, patterns = spec
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return
+    if (st.st_dev, st.st_ino) != ident:
+        return
+    try:
+        if "_vivarium_outputs_collect" not in globals():
+            exec(compile(OUTPUTS_PY, own_file, "exec", dont_inherit=True), globals())
+        _vivarium_outputs_collect(fd, patterns, caps[0], caps[1], caps[2],
+                                  seen=outputs_seen)
+    except BaseException_:
+        pass  # the daemon reads a bundle without its end: "not collected"
+    finally:
+        close_fds([fd])
+
+
+#: part
 _thread.start_new_thread(reader, ())
 user_handler = quiet()
 os.write(2, b"\0")  # ready: the daemon reads this byte before anything else
 
 while True:
-    cell, stdin_fd, source, files = cells.get()
+    cell, stdin_fd, source, files, outputs = cells.get()
     try:
         set_handler(SIGINT, user_handler if user_handler is not None else default_int_handler)
     except BaseException_:
@@ -557,6 +606,8 @@ while True:
         new_stdin()
     except BaseException_:
         pass
+    if outputs is not None:
+        collect_outputs(outputs)
     value, exc = None, None
     if outcome is not None and outcome[0] == "value":
         value = outcome[1]

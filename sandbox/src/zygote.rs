@@ -139,7 +139,7 @@ pub enum Served {
     Payload,
 }
 
-/// Fds a request may carry: stdin, stdout, stderr, the status pipe, and one cgroup file
+/// Fds a request may carry: stdin, stdout, stderr, the status pipe, the outputs link, and one cgroup file
 /// per hierarchy.
 const REQUEST_FDS: usize = 16;
 
@@ -251,14 +251,15 @@ enum Forked {
 /// [`job_payload`]).
 ///
 /// `plan` goes to init on a pipe (and stays in the payload's copy of the buffer, which
-/// it clears); `fds` are the job's stdin, stdout, stderr, status pipe and cgroup files;
+/// it clears); `fds` are the job's stdin, stdout, stderr, status pipe, outputs link and
+/// cgroup files;
 /// `in_payload` is called first thing in the payload, before its first allocation (the
 /// zygote library switches its arena on there). An `Err` is the zygote's: no job runs.
 fn fork_job(plan: &mut [u8], fds: Vec<OwnedFd>, in_payload: fn()) -> std::io::Result<Forked> {
     use std::ffi::CString;
-    if fds.len() < 5 {
+    if fds.len() < 6 {
         return Err(std::io::Error::other(
-            "a request needs stdio, status and cgroup fds",
+            "a request needs stdio, status, outputs and cgroup fds",
         ));
     }
     let io = |e: SetupError| std::io::Error::other(e.to_string());
@@ -287,7 +288,7 @@ fn fork_job(plan: &mut [u8], fds: Vec<OwnedFd>, in_payload: fn()) -> std::io::Re
         nix::sys::socket::SockFlag::SOCK_CLOEXEC,
     )?;
     // Init's fds, open across its exec and named in its argv: the status pipe, the plan,
-    // its end of the link, the cgroup files. Every other fd of the zygote is
+    // its end of the link, the outputs link, the cgroup files. Every other fd of the zygote is
     // close-on-exec (its control socket and the init program: `serve`; received fds
     // and pipes: made so).
     let status = &fds[3];
@@ -295,9 +296,10 @@ fn fork_job(plan: &mut [u8], fds: Vec<OwnedFd>, in_payload: fn()) -> std::io::Re
         status.as_raw_fd(),
         plan_r.as_raw_fd(),
         link_init.as_raw_fd(),
+        fds[4].as_raw_fd(),
     ]
     .into_iter()
-    .chain(fds[4..].iter().map(|f| f.as_raw_fd()))
+    .chain(fds[5..].iter().map(|f| f.as_raw_fd()))
     .collect();
     for &fd in &init_fds {
         sys::set_cloexec(fd, false)?;
@@ -381,13 +383,14 @@ fn job_payload(plan: &mut [u8], fds: Vec<OwnedFd>, link: OwnedFd, in_payload: fn
     // Nothing of the zygote's stays open in the job.
     drop(OWN_PID_NS.lock().unwrap_or_else(|p| p.into_inner()).take());
     let mut fds = fds.into_iter();
-    let (Some(stdin), Some(stdout), Some(stderr), Some(status)) =
-        (fds.next(), fds.next(), fds.next(), fds.next())
+    let (Some(stdin), Some(stdout), Some(stderr), Some(status), Some(outputs)) =
+        (fds.next(), fds.next(), fds.next(), fds.next(), fds.next())
     else {
         sys::exit_now(122)
     };
-    // (Init reports on the status pipe; the payload reports to init.)
-    drop(status);
+    // (Init reports on the status pipe, and collects the outputs; the payload reports
+    // to init.)
+    drop((status, outputs));
     let attach: Vec<OwnedFd> = fds.collect();
     // Only the job's fds stay open (and 0-2, the zygote's /dev/null and the daemon's
     // log, so that no new fd takes those numbers): nothing else the zygote holds, its

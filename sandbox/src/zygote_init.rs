@@ -12,7 +12,8 @@
 //! supervises it as a cold job's init does (`init::supervise`).
 //!
 //! Its argv names its fds (it is exec'd with only those and 0-2): the status pipe, the
-//! plan pipe, its end of the link to the payload, then the job cgroup's files.
+//! plan pipe, its end of the link to the payload, its end of the outputs link
+//! ([`crate::outputs::collect_for_job`]), then the job cgroup's files.
 
 use crate::plan::{JobPlan, SANDBOX_GID, SANDBOX_UID};
 use crate::report::{encode, Failure, InitMsg, PayloadMsg};
@@ -42,7 +43,7 @@ pub fn main(args: &[String]) -> ! {
     }
     let _ = sys::set_name(c"vivarium-init");
     let fds: Option<Vec<i32>> = args.iter().map(|a| a.parse().ok()).collect();
-    let Some(fds) = fds.filter(|f| f.len() >= 4) else {
+    let Some(fds) = fds.filter(|f| f.len() >= 5) else {
         sys::exit_now(122)
     };
     let mut keep: Vec<u32> = fds.iter().map(|&fd| fd as u32).collect();
@@ -64,12 +65,14 @@ pub fn main(args: &[String]) -> ! {
         }
     }
     let mut owned = owned.into_iter();
-    let (Some(status), Some(plan), Some(link)) = (owned.next(), owned.next(), owned.next()) else {
+    let (Some(status), Some(plan), Some(link), Some(outputs)) =
+        (owned.next(), owned.next(), owned.next(), owned.next())
+    else {
         sys::exit_now(122)
     };
     let status = std::fs::File::from(status);
     let attach: Vec<OwnedFd> = owned.collect();
-    match run(plan, link, &attach, &status) {
+    match run(plan, link, &outputs, &attach, &status) {
         Ok(()) => sys::exit_now(0),
         Err(e) => fail(&status, &e),
     }
@@ -78,6 +81,7 @@ pub fn main(args: &[String]) -> ! {
 fn run(
     plan: OwnedFd,
     link: OwnedFd,
+    outputs: &OwnedFd,
     attach: &[OwnedFd],
     status: &std::fs::File,
 ) -> Result<(), SetupError> {
@@ -121,7 +125,10 @@ fn run(
         return Err(SetupError::io(Step::UidMap, "/proc".as_ref(), &e));
     }
     send(&link, &[1]).map_err(|e| SetupError::errno(Step::Sync, e))?;
-    crate::init::supervise(payload, link, status, Pid::from_raw(-1))
+    crate::init::supervise(payload, link, status, Pid::from_raw(-1))?;
+    // The job's artifacts, as the ids its payload's uid and gid map to here.
+    crate::outputs::collect_for_job(outputs, (ids, ids));
+    Ok(())
 }
 
 /// Z2: init's own setup, in the order of the crate's table.

@@ -73,20 +73,6 @@ impl SkipKind {
             _ => return None,
         })
     }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SkipKind::Symlink => "symlink",
-            SkipKind::Fifo => "fifo",
-            SkipKind::Socket => "socket",
-            SkipKind::CharDevice => "char device",
-            SkipKind::BlockDevice => "block device",
-            SkipKind::TooLarge => "too large",
-            SkipKind::OverTotal => "over the total",
-            SkipKind::Unreadable => "unreadable",
-            SkipKind::Changed => "changed while collected",
-        }
-    }
 }
 
 /// A matching entry not returned, with its kind.

@@ -161,7 +161,9 @@ impl CellLink {
     /// Sends cell `cell`: the `C` datagram with `stdin` (the read end of the cell's
     /// stdin pipe; the sandbox gets its own copy), then the code in `D` datagrams. With
     /// `files`, that many input files come first on the stdin pipe (the caller writes
-    /// them there, `Inputs::stream`).
+    /// them there, `Inputs::stream`). With `outputs`, a collection request
+    /// (`artifacts::request_bytes`) ends the `C` datagram and the write end of the pipe
+    /// the cell loop writes its bundle to comes second.
     ///
     /// Not cancel-safe: a cancelled send leaves a partial cell in the sandbox, which it
     /// drops when the next `C` comes (the session stays usable).
@@ -171,25 +173,33 @@ impl CellLink {
         code: &[u8],
         files: u32,
         stdin: BorrowedFd<'_>,
+        outputs: Option<(&[u8], BorrowedFd<'_>)>,
     ) -> Result<(), LinkError> {
         let _one_cell = self.sending.lock().await;
-        let mut header = [0u8; 17];
-        header[0] = b'C';
-        header[1..5].copy_from_slice(&cell.to_le_bytes());
-        header[5..13].copy_from_slice(&(code.len() as u64).to_le_bytes());
-        header[13..17].copy_from_slice(&files.to_le_bytes());
-        // (Without files, the 13-byte form a cell loop of protocol 6 took.)
-        let header = if files == 0 {
-            &header[..13]
-        } else {
-            &header[..]
-        };
+        let mut header = Vec::with_capacity(17 + outputs.map_or(0, |o| o.0.len()));
+        header.push(b'C');
+        header.extend_from_slice(&cell.to_le_bytes());
+        header.extend_from_slice(&(code.len() as u64).to_le_bytes());
+        // (Without files or outputs, the 13-byte form a cell loop of protocol 6 took.)
+        if files > 0 || outputs.is_some() {
+            header.extend_from_slice(&files.to_le_bytes());
+        }
+        let mut fds = vec![stdin];
+        if let Some((request, pipe)) = outputs {
+            header.extend_from_slice(request);
+            fds.push(pipe);
+        }
+        if header.len() > MAX_RESULT {
+            return Err(LinkError::Io(io::Error::other(
+                "the cell's header is too long",
+            )));
+        }
         let mut space = [0u8; 64];
         let mut anc = AncillaryMessageWriter::new(&mut space);
-        anc.add_fds(&[stdin])
+        anc.add_fds(&fds)
             .map_err(|_| LinkError::Io(io::Error::other("ancillary buffer too small")))?;
         self.sock
-            .send_vectored_with_ancillary(&[IoSlice::new(header)], &mut anc)
+            .send_vectored_with_ancillary(&[IoSlice::new(&header)], &mut anc)
             .await
             .map_err(LinkError::from_send)?;
         for chunk in code.chunks(CODE_CHUNK) {
@@ -398,7 +408,7 @@ mod tests {
             let cell = self.next;
             self.next += 1;
             self.link
-                .send_cell(cell, code.as_bytes(), 0, stdin.as_fd())
+                .send_cell(cell, code.as_bytes(), 0, stdin.as_fd(), None)
                 .await
                 .expect("send cell");
             cell
@@ -696,7 +706,7 @@ mod tests {
         let (read, write) = pipe();
         drop(write);
         s.link
-            .send_cell(cell, code, 0, read.as_fd())
+            .send_cell(cell, code, 0, read.as_fd(), None)
             .await
             .expect("send");
         let r = s.result().await;

@@ -1097,6 +1097,7 @@ async fn start_cell(
 
 /// Validate a complete submission and start its job task; on refusal, answer with the
 /// typed error and return `None`.
+#[allow(clippy::too_many_arguments)]
 async fn start(
     daemon: &Arc<Daemon>,
     sock: &Arc<UnixSeqpacket>,

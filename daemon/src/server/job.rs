@@ -208,6 +208,9 @@ pub(crate) struct Launched {
     pub stdin: OwnedFd,
     pub stdout: OwnedFd,
     pub stderr: OwnedFd,
+    /// Our end of the outputs link: a collection request written here before the job
+    /// can end makes its init collect its artifacts (`collect_for_job`).
+    pub outputs: OwnedFd,
 }
 
 /// Hand `plan` to the spawner with `code` in a sealed memfd and fresh stdio pipes: the
@@ -217,7 +220,7 @@ pub(crate) async fn launch(
     plan: &plan::JobPlan,
     code: &[u8],
 ) -> Result<Launched, LaunchError> {
-    launch_parts(daemon, plan, &[code]).await
+    launch_parts(daemon, plan, &[code], None).await
 }
 
 /// [`launch`] with the memfd's bytes in `parts`, one after the other (a cold job's
@@ -226,20 +229,27 @@ async fn launch_parts(
     daemon: &Daemon,
     plan: &plan::JobPlan,
     code: &[&[u8]],
+    outputs: Option<&[u8]>,
 ) -> Result<Launched, LaunchError> {
     let (in_r, in_w) = pipe()?;
-    let (events, stdout, stderr) = spawn_with(daemon, plan, code, in_r).await?;
+    let l = spawn_with(daemon, plan, code, in_r, outputs).await?;
     Ok(Launched {
-        events,
+        events: l.events,
         stdin: in_w,
-        stdout,
-        stderr,
+        stdout: l.stdout,
+        stderr: l.stderr,
+        outputs: l.outputs,
     })
 }
 
 /// A sandbox in the spawner's hands whose stdin is the caller's (a session's control
-/// link): its messages and our ends of its stdout and stderr pipes.
-pub(crate) type LaunchedWith = (mpsc::UnboundedReceiver<FromSpawner>, OwnedFd, OwnedFd);
+/// link): its messages and our ends of its stdout and stderr pipes and outputs link.
+pub(crate) struct LaunchedWith {
+    pub events: mpsc::UnboundedReceiver<FromSpawner>,
+    pub stdout: OwnedFd,
+    pub stderr: OwnedFd,
+    pub outputs: OwnedFd,
+}
 
 /// [`launch`], with `stdin` for the sandbox's stdin.
 pub(crate) async fn launch_with_stdin(
@@ -248,28 +258,144 @@ pub(crate) async fn launch_with_stdin(
     code: &[u8],
     stdin: OwnedFd,
 ) -> Result<LaunchedWith, LaunchError> {
-    spawn_with(daemon, plan, &[code], stdin).await
+    spawn_with(daemon, plan, &[code], stdin, None).await
 }
 
+/// Hand `plan` to the spawner; with `outputs`, a collection request written on the
+/// outputs link before the sandbox exists (so it is there when the job ends).
 async fn spawn_with(
     daemon: &Daemon,
     plan: &plan::JobPlan,
     code: &[&[u8]],
     in_r: OwnedFd,
+    outputs_request: Option<&[u8]>,
 ) -> Result<LaunchedWith, LaunchError> {
     let code = code_memfd(code)?;
     let (out_r, out_w) = pipe()?;
     let (err_r, err_w) = pipe()?;
-    let events = daemon
-        .spawner
-        .spawn(
-            plan,
-            [code.as_fd(), in_r.as_fd(), out_w.as_fd(), err_w.as_fd()],
-        )
-        .await?;
+    let (outputs, init_outputs) = nix::sys::socket::socketpair(
+        nix::sys::socket::AddressFamily::Unix,
+        nix::sys::socket::SockType::Stream,
+        None,
+        nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+    )
+    .map_err(LaunchError::Pipe)?;
+    if let Some(request) = outputs_request {
+        write_request(&outputs, request).map_err(LaunchError::MemfdWrite)?;
+    }
+    let fds = [
+        code.as_fd(),
+        in_r.as_fd(),
+        out_w.as_fd(),
+        err_w.as_fd(),
+        init_outputs.as_fd(),
+    ];
+    let events = daemon.spawner.spawn(plan, fds).await?;
     // The spawner has its copies now; ours would keep the pipes open forever.
-    drop((code, in_r, out_w, err_w));
-    Ok((events, out_r, err_r))
+    drop((code, in_r, out_w, err_w, init_outputs));
+    Ok(LaunchedWith {
+        events,
+        stdout: out_r,
+        stderr: err_r,
+        outputs,
+    })
+}
+
+/// Write a collection request (`artifacts::request_bytes`) on an outputs link, framed
+/// with its length; it fits the socket's buffer (at most a few KiB), so it never blocks.
+pub(super) fn write_request(link: &OwnedFd, request: &[u8]) -> std::io::Result<()> {
+    let mut framed = (request.len() as u32).to_le_bytes().to_vec();
+    framed.extend_from_slice(request);
+    let n = nix::sys::socket::send(
+        std::os::fd::AsRawFd::as_raw_fd(link),
+        &framed,
+        nix::sys::socket::MsgFlags::MSG_NOSIGNAL | nix::sys::socket::MsgFlags::MSG_DONTWAIT,
+    )?;
+    if n != framed.len() {
+        return Err(std::io::Error::other(
+            "the collection request was cut short",
+        ));
+    }
+    Ok(())
+}
+
+/// Read a job's bundle from its outputs link until init shuts it (at most `most` bytes
+/// and one more: a longer bundle is refused whole). Returns the bytes.
+fn read_bundle(link: OwnedFd, most: u64) -> tokio::task::JoinHandle<std::io::Result<Vec<u8>>> {
+    tokio::spawn(async move {
+        use tokio::io::AsyncReadExt;
+        let std = std::os::unix::net::UnixStream::from(link);
+        std.set_nonblocking(true)?;
+        let mut stream = tokio::net::UnixStream::from_std(std)?;
+        let mut bundle = Vec::new();
+        let mut buf = vec![0u8; 256 * 1024];
+        loop {
+            let n = match stream.read(&mut buf).await {
+                // (A killed init that had not read the request resets the link.)
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => 0,
+                n => n?,
+            };
+            if n == 0 {
+                return Ok(bundle);
+            }
+            bundle.extend_from_slice(&buf[..n]);
+            if bundle.len() as u64 > most {
+                return Ok(bundle); // (refused by the parser; init gets EPIPE)
+            }
+        }
+    })
+}
+
+/// The longest the server waits, after a job's end, for its init to finish writing the
+/// artifacts (a collection reads at most the profile's caps from a tmpfs: milliseconds).
+const COLLECT_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Once the job is over: wait for its bundle, parse it, send the artifacts and the
+/// report (before the outcome).
+async fn send_artifacts(
+    sock: &UnixSeqpacket,
+    wanted: super::artifacts::Wanted,
+    caps: vivarium_sandbox::outputs::OutputCaps,
+    bundle: tokio::task::JoinHandle<std::io::Result<Vec<u8>>>,
+    killed: Option<KillCause>,
+) {
+    use vivarium_proto::ArtifactsStatus;
+    let got = match tokio::time::timeout(COLLECT_WAIT, bundle).await {
+        Ok(Ok(Ok(b))) => Ok(b),
+        Ok(Ok(Err(e))) => Err(format!("reading the artifacts failed: {e}")),
+        Ok(Err(_)) => Err("reading the artifacts failed".to_owned()),
+        Err(_) => Err(format!(
+            "the sandbox did not finish collecting the artifacts within {} s",
+            COLLECT_WAIT.as_secs()
+        )),
+    };
+    let collected = match got {
+        Ok(b) if b.is_empty() => Err(ArtifactsStatus::NotCollected(match killed {
+            Some(cause) => format!(
+                "the job was killed ({}) before its artifacts were collected",
+                kill_cause_text(cause)
+            ),
+            None => "the sandbox ended before its artifacts were collected".to_owned(),
+        })),
+        Ok(b) => super::artifacts::parse_off_thread(b, wanted, caps)
+            .await
+            .map_err(|e| {
+                tracing::warn!(error = %e, "an output bundle was refused");
+                ArtifactsStatus::NotCollected(format!("the sandbox's answer was refused: {e}"))
+            }),
+        Err(why) => Err(ArtifactsStatus::NotCollected(why)),
+    };
+    super::artifacts::send(sock, collected, &caps).await;
+}
+
+fn kill_cause_text(cause: KillCause) -> &'static str {
+    match cause {
+        KillCause::Timeout => "wall-clock limit",
+        KillCause::CpuLimit => "CPU limit",
+        KillCause::OutputLimit => "output limit",
+        KillCause::Cancelled => "cancelled",
+        KillCause::Shutdown => "the daemon is shutting down",
+    }
 }
 
 /// A pipe that is to carry `bytes` (a job's input files ahead of its stdin) made
@@ -353,9 +479,22 @@ async fn execute(
     }
     // A warm sandbox's environment stays in use (not evictable) until the job is over.
     let mut _warm_env = None;
+    let caps = active.profile.output_caps();
+    let request = req
+        .outputs
+        .as_ref()
+        .map(|w| super::artifacts::request_bytes(w, &caps));
+    let mut outputs_link = None;
     let (job_id, mut events, stdin_prefix, in_w, out_r, err_r, mut landlock) = match warm {
         Some(w) => {
             _warm_env = w.env;
+            // The collection request first: it is on the link before the job can end.
+            if let Some(request) = &request {
+                match write_request(&w.outputs, request) {
+                    Ok(()) => outputs_link = Some(w.outputs),
+                    Err(e) => tracing::warn!(error = %e, "no collection request"),
+                }
+            }
             // The sandbox exists already: its deadlines start now, with the delivery.
             tracing::debug!(sandbox = w.job_id, "warm sandbox");
             daemon
@@ -401,8 +540,17 @@ async fn execute(
             }
             // The input files' bytes follow the code in the memfd (init places them).
             plan.inputs = inputs.plan();
-            let l = launch_parts(daemon, &plan, &[&req.code, &inputs.bytes]).await?;
+            let l = launch_parts(
+                daemon,
+                &plan,
+                &[&req.code, &inputs.bytes],
+                request.as_deref(),
+            )
+            .await?;
             drop(inputs);
+            if request.is_some() {
+                outputs_link = Some(l.outputs);
+            }
             (
                 job_id,
                 l.events,
@@ -434,6 +582,7 @@ async fn execute(
         over: over_cap.clone(),
         ended,
     };
+    let bundle = outputs_link.map(|l| read_bundle(l, super::artifacts::max_bundle_len(&caps)));
     let out = tokio::spawn(pump(receiver(out_r)?, sock.clone(), true, cap.clone()));
     let err = tokio::spawn(pump(receiver(err_r)?, sock.clone(), false, cap));
     let credits = req.credits.then(|| sock.clone());
@@ -525,6 +674,18 @@ async fn execute(
         cgroup: report.cgroup,
         not_enforced: active.not_enforced.clone(),
     };
+    match (&req.outputs, bundle) {
+        (Some(wanted), Some(bundle)) => {
+            send_artifacts(sock, wanted.clone(), caps, bundle, report.killed).await;
+        }
+        (Some(_), None) => {
+            let why = vivarium_proto::ArtifactsStatus::NotCollected(
+                "the sandbox could not be asked for its artifacts".into(),
+            );
+            super::artifacts::send(sock, Err(why), &caps).await;
+        }
+        (None, _) => {}
+    }
     Ok(outcome::outcome(
         job_id,
         &req.profile,

@@ -3,8 +3,6 @@
 //! privileged step; those are the spawner's.
 
 pub mod activation;
-// Wired in the next steps (the sandboxes collect; the server parses and sends).
-#[allow(dead_code)]
 mod artifacts;
 mod auth;
 pub use auth::{resolve_groups, UnknownGroup};

@@ -579,6 +579,7 @@ async fn run_sandbox(
         stdin,
         stdout: out_r,
         stderr: err_r,
+        outputs: _,
     } = crate::server::job::launch(daemon, plan, DRIVER.as_bytes()).await?;
     drop(stdin); // the driver reads nothing
     let collect = |fd| async move {

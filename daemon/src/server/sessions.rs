@@ -71,6 +71,8 @@ struct Entry {
     profile: String,
     sandbox_id: u64,
     limits: SessionLimits,
+    /// What a cell's artifacts may hold: its profile's `[files]`, as opened.
+    output_caps: vivarium_sandbox::outputs::OutputCaps,
     opened: Instant,
     packages: Vec<String>,
     tx: mpsc::UnboundedSender<Command>,
@@ -559,6 +561,7 @@ async fn build_and_register(
         profile: active.profile.name.clone(),
         sandbox_id: sandbox.job_id,
         limits,
+        output_caps: active.profile.output_caps(),
         opened: now,
         packages: resolved,
         tx,
@@ -1045,7 +1048,7 @@ async fn run_cell(
     let ExecRequest {
         code,
         inputs,
-        outputs: _outputs,
+        outputs,
         wall_ms,
         stdin,
         credits,
@@ -1076,7 +1079,31 @@ async fn run_cell(
     };
     let cell = cell_no as u32;
     let files = inputs.files.len() as u32; // (the files go at the head of its stdin)
-    let sent = sb.link.send_cell(cell, &code, files, stdin_r.as_fd()).await;
+                                           // The outputs: a pipe whose write end the cell loop writes the bundle to after the
+                                           // cell, read here meanwhile (it may be larger than the pipe).
+    let caps = entry.output_caps;
+    let mut collecting = None;
+    let mut request = None;
+    if let Some(wanted) = &outputs {
+        match nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) {
+            Ok((r, w)) => {
+                request = Some((super::artifacts::request_bytes(wanted, &caps), w));
+                collecting = Some(read_cell_bundle(r, super::artifacts::max_bundle_len(&caps)));
+            }
+            Err(e) => tracing::warn!(error = %e, "no outputs pipe for a cell"),
+        }
+    }
+    let sent = sb
+        .link
+        .send_cell(
+            cell,
+            &code,
+            files,
+            stdin_r.as_fd(),
+            request.as_ref().map(|(r, w)| (r.as_slice(), w.as_fd())),
+        )
+        .await;
+    drop(request); // (the sandbox has its own copy of the write end)
     if let Err(e) = sent {
         drop(stdin_r);
         let end = End::new(
@@ -1209,6 +1236,27 @@ async fn run_cell(
     // Everything the cell wrote before its result is in the pipes now.
     drain(&mut sb.stdout, &mut out_buf, &mut out, &sock, cap, true).await;
     drain(&mut sb.stderr, &mut err_buf, &mut err, &sock, cap, false).await;
+    // And its bundle: written before the result.
+    if let (Some(wanted), Some((done, task))) = (outputs, collecting) {
+        let _ = done.send(());
+        let collected = match task.await {
+            Ok(Ok(b)) if b.is_empty() => Err(vivarium_proto::ArtifactsStatus::NotCollected(
+                "the cell loop collected nothing (a cell closed its outputs pipe?)".into(),
+            )),
+            Ok(Ok(b)) => super::artifacts::parse_off_thread(b, wanted, caps)
+                .await
+                .map_err(|e| {
+                    tracing::warn!(error = %e, "a cell's output bundle was refused");
+                    vivarium_proto::ArtifactsStatus::NotCollected(format!(
+                        "the session's answer was refused: {e}"
+                    ))
+                }),
+            _ => Err(vivarium_proto::ArtifactsStatus::NotCollected(
+                "reading the cell's artifacts failed".into(),
+            )),
+        };
+        super::artifacts::send(&sock, collected, &caps).await;
+    }
     let wall_ms = ms(started.elapsed());
     let usage = match query_stats(daemon, sb).await {
         Ok((u, guarded)) => {
@@ -1271,6 +1319,48 @@ async fn run_cell(
 
 fn before_cells(entry: &Entry) -> u64 {
     entry.meta.lock().expect("session meta lock").cells
+}
+
+/// Read a cell's bundle from the read end of its outputs pipe, at most `most` bytes and
+/// one more, until EOF or, once told (`done`: the cell's result has come, so the whole
+/// bundle was written), until the pipe is empty: a process the cell left behind may
+/// hold a copy of the write end.
+fn read_cell_bundle(
+    pipe: OwnedFd,
+    most: u64,
+) -> (
+    oneshot::Sender<()>,
+    tokio::task::JoinHandle<std::io::Result<Vec<u8>>>,
+) {
+    let (done_tx, mut done) = oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        use tokio::io::AsyncReadExt;
+        let mut rx = tokio::net::unix::pipe::Receiver::from_owned_fd(pipe)?;
+        let mut bundle = Vec::new();
+        let mut buf = vec![0u8; 256 * 1024];
+        let mut told = false;
+        loop {
+            if told {
+                match nix::unistd::read(rx.as_fd(), &mut buf) {
+                    Ok(0) | Err(_) => return Ok(bundle),
+                    Ok(n) => bundle.extend_from_slice(&buf[..n]),
+                }
+            } else {
+                tokio::select! {
+                    biased;
+                    n = rx.read(&mut buf) => match n? {
+                        0 => return Ok(bundle),
+                        n => bundle.extend_from_slice(&buf[..n]),
+                    },
+                    _ = &mut done => told = true,
+                }
+            }
+            if bundle.len() as u64 > most {
+                return Ok(bundle); // (refused by the parser)
+            }
+        }
+    });
+    (done_tx, task)
 }
 
 /// Read what is in `pipe` now (without waiting), forwarding it within `cap`.

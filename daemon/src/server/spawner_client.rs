@@ -150,13 +150,13 @@ impl SpawnerClient {
         Ok((client, facts, un.child))
     }
 
-    /// Send a job to the spawner with its four fds; its messages arrive on the
+    /// Send a job to the spawner with its fds (`spawner::JOB_FDS`); its messages arrive on the
     /// returned channel, ending with `Finished`. Every plan goes this way, so the
     /// test-only weakening is applied here (a no-op in production).
     pub async fn spawn(
         &self,
         plan: &JobPlan,
-        fds: [BorrowedFd<'_>; 4],
+        fds: [BorrowedFd<'_>; crate::spawner::JOB_FDS],
     ) -> Result<mpsc::UnboundedReceiver<FromSpawner>, SpawnerError> {
         let (tx, rx) = mpsc::unbounded_channel();
         self.routes

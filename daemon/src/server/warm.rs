@@ -92,6 +92,8 @@ pub struct WarmSandbox {
     pub stdin: OwnedFd,
     pub stdout: OwnedFd,
     pub stderr: OwnedFd,
+    /// Our end of its init's outputs link (see `job::Launched::outputs`).
+    pub outputs: OwnedFd,
     pub landlock: LandlockStatus,
     /// The profile's `warm.packages` environment, in use (not evictable) while the
     /// sandbox lives.
@@ -676,16 +678,13 @@ pub(super) async fn build(
     // The script memfd stays empty: the bootstrap writes the job's code itself.
     let l = super::job::launch(daemon, &plan, b"").await?;
     let forked = plan.kind.zygote().is_some();
-    until_ready(
-        daemon,
-        active,
-        job_id,
-        (l.events, l.stdout, l.stderr),
-        l.stdin,
-        env,
-        forked,
-    )
-    .await
+    let launched = super::job::LaunchedWith {
+        events: l.events,
+        stdout: l.stdout,
+        stderr: l.stderr,
+        outputs: l.outputs,
+    };
+    until_ready(daemon, active, job_id, launched, l.stdin, env, forked).await
 }
 
 /// Build one session sandbox with the profile's own session limits (a session pool's).
@@ -744,11 +743,17 @@ async fn until_ready(
     daemon: &Arc<Daemon>,
     active: &Arc<ActiveProfile>,
     job_id: u64,
-    (mut events, stdout, stderr): super::job::LaunchedWith,
+    launched: super::job::LaunchedWith,
     stdin: OwnedFd,
     env: Option<super::packages::Ready>,
     forked: bool,
 ) -> Result<WarmSandbox, WarmError> {
+    let super::job::LaunchedWith {
+        mut events,
+        stdout,
+        stderr,
+        outputs,
+    } = launched;
     let landlock = loop {
         match events.recv().await {
             Some(FromSpawner::Running { landlock, .. }) => break landlock,
@@ -781,6 +786,7 @@ async fn until_ready(
         stdin,
         stdout,
         stderr,
+        outputs,
         landlock,
         env,
         active: active.clone(),

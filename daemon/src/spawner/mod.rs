@@ -32,6 +32,10 @@ use vivarium_sandbox::sys;
 
 /// The wall-clock bound of a warm sandbox still waiting for its job (the server's
 /// idle shrink normally ends it much sooner).
+/// The fds a `Spawn` carries, in order: the code memfd, stdin, stdout, stderr, and
+/// init's end of the outputs link (`vivarium_sandbox::outputs::collect_for_job`).
+pub const JOB_FDS: usize = 5;
+
 const WARM_UNARMED: Duration = Duration::from_secs(24 * 3600);
 
 /// How often CPU usage is sampled for jobs with a CPU limit.
@@ -138,7 +142,7 @@ struct Spawner {
     /// Cold jobs waiting for an id slot: every slot is held by a job whose outcome went
     /// out but whose init is still exiting (its namespaces' teardown takes milliseconds,
     /// longer on a loaded machine). They start, in order, as slots come back.
-    slot_wait: std::collections::VecDeque<(JobPlan, [OwnedFd; 4])>,
+    slot_wait: std::collections::VecDeque<(JobPlan, [OwnedFd; JOB_FDS])>,
 }
 
 /// A fresh, empty network namespace made ahead of the next job, off its critical path
@@ -849,9 +853,9 @@ impl Spawner {
 
     /// A cold start, or (`None`) a place in the queue for an id slot when none is free.
     fn start_cold(&mut self, plan: JobPlan, fds: Vec<OwnedFd>) -> Result<Option<Job>, Failure> {
-        let stdio: [OwnedFd; 4] = fds.try_into().map_err(|_| Failure {
+        let stdio: [OwnedFd; JOB_FDS] = fds.try_into().map_err(|_| Failure {
             step: "link".into(),
-            detail: "spawn needs exactly 4 fds".into(),
+            detail: format!("spawn needs exactly {JOB_FDS} fds"),
             errno: 0,
         })?;
         if self.free_slots.is_empty() {
@@ -888,7 +892,7 @@ impl Spawner {
     fn build_job(
         &mut self,
         plan: JobPlan,
-        stdio: [OwnedFd; 4],
+        stdio: [OwnedFd; JOB_FDS],
         extra: Vec<OwnedFd>,
     ) -> Result<Job, Failure> {
         let prepared = Prepared::new(&plan).map_err(|e| fail("prepare", e.to_string()))?;
@@ -921,7 +925,7 @@ impl Spawner {
         plan: &JobPlan,
         prepared: &Prepared,
         slot: u32,
-        stdio: [OwnedFd; 4],
+        stdio: [OwnedFd; JOB_FDS],
         extra: Vec<OwnedFd>,
     ) -> Result<(Cloned, Option<JobCgroup>), Failure> {
         let limits = Limits {
@@ -987,7 +991,7 @@ impl Spawner {
         prepared: &Prepared,
         cgroup: Option<&JobCgroup>,
         slot: u32,
-        stdio: [OwnedFd; 4],
+        stdio: [OwnedFd; JOB_FDS],
         extra: Vec<OwnedFd>,
         late: bool,
     ) -> Result<Cloned, Failure> {
@@ -1122,7 +1126,7 @@ impl Spawner {
         prepared: &Prepared,
         cgroup: Option<&JobCgroup>,
         pipes: Pipes,
-        [code, stdin, stdout, stderr]: [OwnedFd; 4],
+        [code, stdin, stdout, stderr, outputs]: [OwnedFd; JOB_FDS],
         extra: Vec<OwnedFd>,
         late: bool,
     ) -> Result<(Cloned, Option<std::net::TcpListener>), Failure> {
@@ -1184,6 +1188,7 @@ impl Spawner {
                     stdin,
                     stdout,
                     stderr,
+                    outputs,
                     extra,
                     attach: attach_child,
                 },

@@ -201,10 +201,10 @@ impl Spawner {
         plan: &mut JobPlan,
         fds: Vec<OwnedFd>,
     ) -> Result<(), Failure> {
-        let [_code, stdin, stdout, stderr]: [OwnedFd; 4] = fds
+        let [_code, stdin, stdout, stderr, outputs]: [OwnedFd; super::JOB_FDS] = fds
             .try_into()
-            .map_err(|_| failure("link", "spawn needs exactly 4 fds"))?;
-        self.fork_from(i, plan, [stdin, stdout, stderr])
+            .map_err(|_| failure("link", "spawn needs exactly 5 fds"))?;
+        self.fork_from(i, plan, [stdin, stdout, stderr, outputs])
     }
 
     /// Start the zygote for `plan`; `Ok(None)`: not now (it failed recently, or every
@@ -291,7 +291,14 @@ impl Spawner {
         let zplan = zy::zygote_plan(plan, id);
         let mut job = self.build_job(
             zplan,
-            [code, stdin.into(), stdout.into(), stderr],
+            // (A zygote has no outputs: its init reads no request on /dev/null.)
+            [
+                code,
+                stdin.into(),
+                stdout.into(),
+                stderr,
+                null().map_err(|e| os("open", e))?.into(),
+            ],
             vec![theirs, lib.into(), init.into()],
         )?;
         job.internal = true;
@@ -320,7 +327,7 @@ impl Spawner {
         &mut self,
         i: usize,
         plan: &mut JobPlan,
-        stdio: [OwnedFd; 3],
+        stdio: [OwnedFd; 4],
     ) -> Result<(), Failure> {
         let slot = self
             .free_slots
@@ -339,7 +346,7 @@ impl Spawner {
         &mut self,
         i: usize,
         plan: &mut JobPlan,
-        stdio: [OwnedFd; 3],
+        stdio: [OwnedFd; 4],
         slot: u32,
     ) -> Result<(), Failure> {
         let cgroups = self.cgroups.as_ref().expect("checked by route");
@@ -397,14 +404,14 @@ impl Spawner {
         self.zygotes.failed.insert(z.key, Instant::now());
     }
 
-    /// Send the fork request: the plan, and the job's stdio, status pipe and cgroup
-    /// files. Returns the status pipe's read end. (`true` with an error: the zygote
+    /// Send the fork request: the plan, and the job's stdio, status pipe, outputs link
+    /// and cgroup files. Returns the status pipe's read end. (`true` with an error: the zygote
     /// itself is broken, not just this request.)
     fn send_fork(
         &self,
         i: usize,
         plan: &JobPlan,
-        stdio: [OwnedFd; 3],
+        stdio: [OwnedFd; 4],
         cgroup: &JobCgroup,
     ) -> Result<OwnedFd, (Failure, bool)> {
         let z = &self.zygotes.list[i];
@@ -426,9 +433,10 @@ impl Spawner {
             nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
         )
         .map_err(|e| os("fcntl", e.into()))?;
-        let raw: Vec<RawFd> = stdio
+        // In the zygote's order: stdin, stdout, stderr, status, outputs, cgroup files.
+        let raw: Vec<RawFd> = stdio[..3]
             .iter()
-            .chain([&status_w])
+            .chain([&status_w, &stdio[3]])
             .chain(&attach)
             .map(AsRawFd::as_raw_fd)
             .collect();
