@@ -44,7 +44,7 @@ fn json(out: &Output) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
             "stdout is not one JSON object ({e}): {}",
-            describe_output(&out)
+            describe_output(out)
         )
     })
 }

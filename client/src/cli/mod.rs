@@ -172,7 +172,8 @@ pub(crate) struct OutputArgs {
 #[command(
     after_help = "Exit status: 0 ok; 1 the cell raised (traceback on stderr); 124 wall \
 limit; 121 memory guard; 130 interrupted; 120 the session has ended (before or during the \
-cell); 125 refused (not found, busy), or viv failed."
+cell); 125 refused (not found, busy), viv failed, or the cell succeeded and an artifact \
+could not be written under --out."
 )]
 pub struct ExecArgs {
     /// The session's handle (`vs_...`, from `viv session new`).
@@ -227,8 +228,9 @@ pub struct ReplArgs {
 #[derive(Debug, Args)]
 #[command(
     after_help = "Exit status: the script's own; 124 wall or cpu limit; 121 out of \
-memory; 122 pids limit; 123 output limit; 125 refused, sandbox error or viv failed; 130 \
-cancelled; 128+N killed by signal N (159: seccomp)."
+memory; 122 pids limit; 123 output limit; 125 refused, sandbox error, viv failed, or the \
+script succeeded and an artifact could not be written under --out; 130 cancelled; 128+N \
+killed by signal N (159: seccomp)."
 )]
 pub struct RunArgs {
     /// The profile to run under.
@@ -419,6 +421,50 @@ mod tests {
         };
         assert_eq!(exec.files[0].dest, "e.txt");
         assert!(Cli::try_parse_from(["viv", "run", "--file", "a:/abs", "a.py"]).is_err());
+    }
+
+    #[test]
+    fn output_options_are_parsed_and_checked() {
+        let cli = Cli::try_parse_from([
+            "viv",
+            "run",
+            "--out",
+            "res",
+            "--force",
+            "--out-pattern",
+            "*.csv",
+            "--out-pattern",
+            "out/**",
+            "--output",
+            "1M",
+            "a.py",
+        ])
+        .unwrap();
+        let Command::Run(run) = cli.command else {
+            panic!("not run")
+        };
+        assert_eq!(run.outputs.out, Some(PathBuf::from("res")));
+        assert!(run.outputs.force);
+        assert_eq!(run.outputs.patterns, ["*.csv", "out/**"]);
+        assert_eq!(run.limits.output, Some(1 << 20));
+        let cli = Cli::try_parse_from(["viv", "exec", "vs_x", "--out", "d", "c.py"]).unwrap();
+        let Command::Exec(exec) = cli.command else {
+            panic!("not exec")
+        };
+        assert_eq!(exec.outputs.out, Some(PathBuf::from("d")));
+        // --force needs --out; --no-outputs asks for nothing, so nothing to save or match.
+        assert!(Cli::try_parse_from(["viv", "run", "--force", "a.py"]).is_err());
+        assert!(Cli::try_parse_from(["viv", "run", "--no-outputs", "--out", "d", "a.py"]).is_err());
+        assert!(Cli::try_parse_from([
+            "viv",
+            "exec",
+            "vs_x",
+            "--no-outputs",
+            "--out-pattern",
+            "*",
+            "c.py"
+        ])
+        .is_err());
     }
 
     #[test]
