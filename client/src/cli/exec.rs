@@ -7,12 +7,13 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use tokio::io::AsyncRead;
 use tokio::signal::unix::{signal, Signal, SignalKind};
-use vivarium_client::proto::{CellOutcome, CellStatus, SessionHandle};
+use vivarium_client::proto::{ArtifactsReport, CellOutcome, CellStatus, SessionHandle};
 use vivarium_client::{
     cell_exit_code, expired_message, format_bytes, format_ms, Cell, CellEvent, Client, ClientError,
     EXIT_CANCELLED,
 };
 
+use super::artifacts::{Artifacts, ListedArtifact};
 use super::run::{
     cancel_aside, print_json, read_code, report_failure, Failure, Sink, EXIT_SIGPIPE,
 };
@@ -26,6 +27,11 @@ struct JsonCell<'a> {
     exit_code: i32,
     stdout: String,
     stderr: String,
+    /// The artifacts returned (in a session: the files new or changed since the last
+    /// collection), and where `--out` saved them.
+    artifacts: &'a [ListedArtifact],
+    /// What was not returned; null without a report (`--no-outputs`, an older daemon).
+    artifacts_report: Option<&'a ArtifactsReport>,
 }
 
 pub(crate) async fn exec(socket: &Path, args: ExecArgs) -> i32 {
@@ -45,21 +51,34 @@ async fn exec_inner(socket: &Path, args: ExecArgs) -> Result<i32, Failure> {
     let mut cell = Cell::new(SessionHandle(args.handle), code);
     cell.wall_ms = args.wall;
     cell.files = super::files::read_files(&args.files).map_err(Failure::Local)?;
+    cell.outputs = super::artifacts::outputs(&args.outputs);
+    let mut artifacts = Artifacts::new(&args.outputs).map_err(Failure::save)?;
     let mut client = Client::connect(socket).await?;
     let mut sigint = sigint()?;
     let mut sink = Sink::new(args.json);
-    let outcome = drive_cell(&mut client, &cell, stdin, &mut sink, &mut sigint, true).await?;
+    let outcome = drive_cell(
+        &mut client,
+        &cell,
+        stdin,
+        &mut sink,
+        Some(&mut artifacts),
+        &mut sigint,
+        true,
+    )
+    .await?;
     if sink.stdout_closed && outcome.status == CellStatus::Interrupted {
         // Interrupted because our reader went away (`viv exec H x.py | head`).
         return Ok(EXIT_SIGPIPE);
     }
-    let code = cell_exit_code(&outcome);
+    let code = artifacts.finish(cell_exit_code(&outcome), args.json);
     if args.json {
         print_json(&JsonCell {
             outcome: &outcome,
             exit_code: code,
             stdout: String::from_utf8_lossy(&sink.stdout).into_owned(),
             stderr: String::from_utf8_lossy(&sink.stderr).into_owned(),
+            artifacts: &artifacts.listed,
+            artifacts_report: artifacts.report.as_ref(),
         });
     } else {
         show_outcome(&outcome, "viv: ");
@@ -78,7 +97,8 @@ pub(crate) fn sigint() -> Result<Signal, Failure> {
         .map_err(|e| Failure::Local(format!("cannot handle ctrl-c: {e}")))
 }
 
-/// Run `cell` and follow it to its outcome, its output into `sink`. A ctrl-c interrupts
+/// Run `cell` and follow it to its outcome, its output into `sink`, its artifacts into
+/// `artifacts` (dropped without). A ctrl-c interrupts
 /// the cell (its outcome still comes, and the session keeps its state); a second one
 /// quits at once with `quit_on_second` (closing the connection, which interrupts the cell
 /// too), or interrupts again without.
@@ -87,6 +107,7 @@ pub(crate) async fn drive_cell(
     cell: &Cell,
     stdin: Option<Box<dyn AsyncRead + Unpin + Send>>,
     sink: &mut Sink,
+    mut artifacts: Option<&mut Artifacts>,
     sigint: &mut Signal,
     quit_on_second: bool,
 ) -> Result<CellOutcome, ClientError> {
@@ -115,7 +136,16 @@ pub(crate) async fn drive_cell(
                     cancel_aside(running.interrupter());
                 }
             }
-            Some(CellEvent::Artifact(_) | CellEvent::Artifacts(_)) => {}
+            Some(CellEvent::Artifact(a)) => {
+                if let Some(artifacts) = artifacts.as_deref_mut() {
+                    artifacts.take(*a);
+                }
+            }
+            Some(CellEvent::Artifacts(r)) => {
+                if let Some(artifacts) = artifacts.as_deref_mut() {
+                    artifacts.set_report(*r);
+                }
+            }
             Some(CellEvent::Finished(outcome)) => return Ok(*outcome),
             None => {
                 return Err(ClientError::Protocol(
@@ -245,6 +275,8 @@ mod tests {
             exit_code: 0,
             stdout: "hi\n".into(),
             stderr: String::new(),
+            artifacts: &[],
+            artifacts_report: None,
         })
         .unwrap();
         assert_eq!(value["cell"], 3);

@@ -1,8 +1,10 @@
 //! The `viv` command line: arguments, dispatch, and error reporting at the edge.
 
+mod artifacts;
 mod doctor;
 mod exec;
 mod files;
+mod out_dir;
 mod parse;
 mod profiles;
 mod repl;
@@ -134,11 +136,44 @@ pub(crate) struct LimitArgs {
     output: Option<u64>,
 }
 
+/// What a job or cell returns and where it goes (`viv run`, `viv exec`).
+#[derive(Debug, Args, Default)]
+pub(crate) struct OutputArgs {
+    /// Write the returned artifacts under DIR, each at DIR/<its path under /work> (by
+    /// default the files under /work/out, so DIR/out/plot.png). DIR is created if need
+    /// be, before the job runs. Nothing is written outside DIR: a path that could leave
+    /// it is refused, and a symlink inside DIR is never followed (an artifact that would
+    /// go through one is refused). An existing file is not replaced without --force. A
+    /// refused artifact is named on stderr, the others are still written, and viv exits
+    /// 125 if the job itself succeeded.
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+
+    /// With --out: replace existing regular files (by writing beside them and renaming
+    /// over them; a symlink, directory or other file in the way is never replaced or
+    /// written through).
+    #[arg(long, requires = "out")]
+    force: bool,
+
+    /// Return the regular files under /work matching PATTERN (relative to /work,
+    /// `/`-separated; `**` any number of directories, `*` and `?` within one name)
+    /// instead of those under /work/out; repeatable. (`--output` is the output cap.)
+    #[arg(long = "out-pattern", value_name = "PATTERN")]
+    patterns: Vec<String>,
+
+    /// Return no artifacts at all (no collection, no figure capture). Without this,
+    /// --out or --json, the job still returns its artifacts and viv names them on
+    /// stderr as not saved.
+    #[arg(long, conflicts_with_all = ["out", "patterns"])]
+    no_outputs: bool,
+}
+
 #[derive(Debug, Args)]
 #[command(
     after_help = "Exit status: 0 ok; 1 the cell raised (traceback on stderr); 124 wall \
 limit; 121 memory guard; 130 interrupted; 120 the session has ended (before or during the \
-cell); 125 refused (not found, busy), or viv failed."
+cell); 125 refused (not found, busy), viv failed, or the cell succeeded and an artifact \
+could not be written under --out."
 )]
 pub struct ExecArgs {
     /// The session's handle (`vs_...`, from `viv session new`).
@@ -166,8 +201,13 @@ pub struct ExecArgs {
     #[arg(long, value_name = "SECS", value_parser = parse::parse_secs_to_ms)]
     wall: Option<u64>,
 
-    /// Print the cell's outcome, with stdout and stderr as strings, as one JSON object at
-    /// the end instead of streaming the output.
+    #[command(flatten)]
+    outputs: OutputArgs,
+
+    /// Print the cell's outcome, with stdout and stderr as strings and the artifacts
+    /// (`artifacts`: path, size, sha256, media_type, `saved` where --out wrote it or
+    /// null, `error` if it could not; `artifacts_report`: what was skipped or omitted,
+    /// the caps), as one JSON object on stdout at the end instead of streaming the output.
     #[arg(long)]
     json: bool,
 }
@@ -188,8 +228,9 @@ pub struct ReplArgs {
 #[derive(Debug, Args)]
 #[command(
     after_help = "Exit status: the script's own; 124 wall or cpu limit; 121 out of \
-memory; 122 pids limit; 123 output limit; 125 refused, sandbox error or viv failed; 130 \
-cancelled; 128+N killed by signal N (159: seccomp)."
+memory; 122 pids limit; 123 output limit; 125 refused, sandbox error, viv failed, or the \
+script succeeded and an artifact could not be written under --out; 130 cancelled; 128+N \
+killed by signal N (159: seccomp)."
 )]
 pub struct RunArgs {
     /// The profile to run under.
@@ -218,8 +259,13 @@ pub struct RunArgs {
     #[arg(long = "file", value_name = "LOCAL[:DEST]", value_parser = files::parse_file_arg)]
     files: Vec<files::FileArg>,
 
-    /// Print the outcome, with stdout and stderr as strings, as one JSON object at the end
-    /// instead of streaming the output.
+    #[command(flatten)]
+    outputs: OutputArgs,
+
+    /// Print the outcome, with stdout and stderr as strings and the artifacts
+    /// (`artifacts`: path, size, sha256, media_type, `saved` where --out wrote it or
+    /// null, `error` if it could not; `artifacts_report`: what was skipped or omitted,
+    /// the caps), as one JSON object on stdout at the end instead of streaming the output.
     #[arg(long)]
     json: bool,
 
@@ -375,6 +421,50 @@ mod tests {
         };
         assert_eq!(exec.files[0].dest, "e.txt");
         assert!(Cli::try_parse_from(["viv", "run", "--file", "a:/abs", "a.py"]).is_err());
+    }
+
+    #[test]
+    fn output_options_are_parsed_and_checked() {
+        let cli = Cli::try_parse_from([
+            "viv",
+            "run",
+            "--out",
+            "res",
+            "--force",
+            "--out-pattern",
+            "*.csv",
+            "--out-pattern",
+            "out/**",
+            "--output",
+            "1M",
+            "a.py",
+        ])
+        .unwrap();
+        let Command::Run(run) = cli.command else {
+            panic!("not run")
+        };
+        assert_eq!(run.outputs.out, Some(PathBuf::from("res")));
+        assert!(run.outputs.force);
+        assert_eq!(run.outputs.patterns, ["*.csv", "out/**"]);
+        assert_eq!(run.limits.output, Some(1 << 20));
+        let cli = Cli::try_parse_from(["viv", "exec", "vs_x", "--out", "d", "c.py"]).unwrap();
+        let Command::Exec(exec) = cli.command else {
+            panic!("not exec")
+        };
+        assert_eq!(exec.outputs.out, Some(PathBuf::from("d")));
+        // --force needs --out; --no-outputs asks for nothing, so nothing to save or match.
+        assert!(Cli::try_parse_from(["viv", "run", "--force", "a.py"]).is_err());
+        assert!(Cli::try_parse_from(["viv", "run", "--no-outputs", "--out", "d", "a.py"]).is_err());
+        assert!(Cli::try_parse_from([
+            "viv",
+            "exec",
+            "vs_x",
+            "--no-outputs",
+            "--out-pattern",
+            "*",
+            "c.py"
+        ])
+        .is_err());
     }
 
     #[test]

@@ -59,7 +59,17 @@ async fn repl_inner(socket: &Path, args: ReplArgs) -> Result<i32, Failure> {
                 let _ = editor.add_history_entry(code.trim_end());
                 let cell = Cell::new(handle.clone(), code);
                 let mut sink = Sink::new(false);
-                match drive_cell(&mut client, &cell, None, &mut sink, &mut sigint, false).await {
+                match drive_cell(
+                    &mut client,
+                    &cell,
+                    None,
+                    &mut sink,
+                    None,
+                    &mut sigint,
+                    false,
+                )
+                .await
+                {
                     Ok(outcome) => {
                         show_outcome(&outcome, "");
                         if matches!(outcome.status, CellStatus::SessionEnded(_)) {

@@ -6,12 +6,15 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::signal::unix::{signal, SignalKind};
-use vivarium_client::proto::{ErrorCode, PackagesReport, Reason, SandboxStart, SessionEnded};
+use vivarium_client::proto::{
+    ArtifactsReport, ErrorCode, PackagesReport, Reason, SandboxStart, SessionEnded,
+};
 use vivarium_client::{
     exit_code_for, is_abnormal, summary_line, verbose_report, Canceller, Client, ClientError, Job,
     JobEvent, Outcome, Stream, EXIT_CANCELLED, EXIT_REFUSED, EXIT_SESSION_ENDED,
 };
 
+use super::artifacts::{Artifacts, ListedArtifact};
 use super::{report_error, RunArgs};
 
 /// 128 + SIGPIPE: our stdout reader went away.
@@ -85,6 +88,11 @@ struct JsonRun<'a> {
     exit_code: i32,
     stdout: String,
     stderr: String,
+    /// The artifacts returned, and where `--out` saved them.
+    artifacts: &'a [ListedArtifact],
+    /// What was not returned; null when the daemon sent no report (`--no-outputs`, or a
+    /// daemon before protocol 8).
+    artifacts_report: Option<&'a ArtifactsReport>,
 }
 
 /// What `--json` prints when there is no outcome.
@@ -116,6 +124,12 @@ pub(crate) async fn run(socket: &Path, args: RunArgs, verbose: bool) -> i32 {
 pub(crate) enum Failure {
     Local(String),
     Client(ClientError),
+}
+
+impl Failure {
+    pub(crate) fn save(e: super::out_dir::SaveError) -> Failure {
+        Failure::Local(super::error_chain(&e))
+    }
 }
 
 impl From<ClientError> for Failure {
@@ -209,17 +223,20 @@ async fn run_inner(socket: &Path, args: RunArgs, verbose: bool) -> Result<i32, F
     job.limits.output_bytes = args.limits.output;
     job.packages = args.with;
     job.files = super::files::read_files(&args.files).map_err(Failure::Local)?;
+    job.outputs = super::artifacts::outputs(&args.outputs);
+    let mut artifacts = Artifacts::new(&args.outputs).map_err(Failure::save)?;
 
     let mut client = Client::connect(socket).await?;
     let mut sink = Sink::new(args.json);
-    let (outcome, packages, sandbox) = drive(&mut client, &job, stdin, &mut sink, verbose).await?;
+    let (outcome, packages, sandbox) =
+        drive(&mut client, &job, stdin, &mut sink, &mut artifacts, verbose).await?;
 
     if sink.stdout_closed && outcome.reason == Reason::Cancelled {
         // We stopped the job because our reader went away: exit as a process killed by
         // SIGPIPE would, and say nothing (`viv run gen.py | head` is not an error).
         return Ok(EXIT_SIGPIPE);
     }
-    let code = exit_code_for(&outcome);
+    let code = artifacts.finish(exit_code_for(&outcome), args.json);
     if args.json {
         print_json(&JsonRun {
             outcome: &outcome,
@@ -228,6 +245,8 @@ async fn run_inner(socket: &Path, args: RunArgs, verbose: bool) -> Result<i32, F
             exit_code: code,
             stdout: String::from_utf8_lossy(&sink.stdout).into_owned(),
             stderr: String::from_utf8_lossy(&sink.stderr).into_owned(),
+            artifacts: &artifacts.listed,
+            artifacts_report: artifacts.report.as_ref(),
         });
     } else if is_abnormal(&outcome) && !verbose {
         eprintln!("viv: {}", summary_line(&outcome));
@@ -265,6 +284,7 @@ async fn drive(
     job: &Job,
     stdin: Option<Box<dyn AsyncRead + Unpin + Send>>,
     sink: &mut Sink,
+    artifacts: &mut Artifacts,
     verbose: bool,
 ) -> Result<(Outcome, Option<PackagesReport>, Option<SandboxStart>), Failure> {
     let mut sigint = signal(SignalKind::interrupt())
@@ -293,7 +313,8 @@ async fn drive(
                 eprintln!("viv: job {job_id} started (profile {profile})");
             }
             Some(JobEvent::Queued { .. } | JobEvent::Started { .. }) => {}
-            Some(JobEvent::Artifact(_) | JobEvent::Artifacts(_)) => {}
+            Some(JobEvent::Artifact(a)) => artifacts.take(*a),
+            Some(JobEvent::Artifacts(r)) => artifacts.set_report(*r),
             Some(JobEvent::Output(stream, bytes)) => {
                 if sink.write(stream, &bytes) && !cancelled {
                     // Our stdout is gone (`viv run x.py | head`): stop the job, as the
@@ -444,9 +465,13 @@ mod tests {
             exit_code: 0,
             stdout: "hi\n".into(),
             stderr: String::new(),
+            artifacts: &[],
+            artifacts_report: None,
         })
         .unwrap();
         assert_eq!(value["job_id"], 7);
+        assert_eq!(value["artifacts"], serde_json::json!([]));
+        assert!(value["artifacts_report"].is_null());
         assert_eq!(value["reason"], "Ok");
         assert_eq!(value["exit"]["Code"], 0);
         assert_eq!(value["stdout"], "hi\n");
