@@ -7,7 +7,8 @@ policy without [warm]). Each round runs every variant once, in a random order, s
 machine drift falls on all alike. Reports medians and the added time per MB.
 
 The job prints the size of its `input.bin` (it is there, whole); the no-file job prints 0.
-The artifact jobs write the same number of bytes either to /tmp/o.bin (not returned) or
+The no-file job also runs asking for no outputs at all (`Outputs::None`): the difference
+is what collecting costs a job that leaves nothing. The artifact jobs write the same number of bytes either to /tmp/o.bin (not returned) or
 to out/o.bin (returned, and checked to be whole): their difference is what returning
 the file costs.
 
@@ -56,6 +57,8 @@ def main():
             variants = {}
             for profile in ("default", "cold"):
                 variants[(profile, 0)] = perf.Library(client, sock, profile, CODE, "0\n")
+                variants[(profile, None)] = perf.Library(client, sock, profile, CODE, "0\n",
+                                                         no_outputs=True)
                 variants[(profile, size)] = perf.Library(client, sock, profile, CODE, f"{size}\n",
                                                          input_bytes=size)
                 n = size // 256 * 256
@@ -79,6 +82,10 @@ def main():
         bare, with_file = statistics.median(times[(profile, 0)]), statistics.median(times[(profile, size)])
         print(f"  in:  {profile:8} without {bare:7.2f} ms   with {with_file:7.2f} ms   "
               f"added {with_file - bare:6.2f} ms = {(with_file - bare) / (size / 1e6):.2f} ms/MB")
+    for profile in ("default", "cold"):
+        none, default = statistics.median(times[(profile, None)]), statistics.median(times[(profile, 0)])
+        print(f"  no artifacts: {profile:8} asking none {none:7.2f} ms   asking the default {default:7.2f} ms   "
+              f"added {default - none:6.2f} ms")
     for profile in ("default", "cold"):
         kept, returned = statistics.median(times[(profile, "tmp")]), statistics.median(times[(profile, "out")])
         print(f"  out: {profile:8} in /tmp {kept:7.2f} ms   in out/ (returned) {returned:7.2f} ms   "

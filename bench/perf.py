@@ -76,7 +76,7 @@ class Library:
     """A long-lived bench_client in latency mode: one line in, one job, one time out."""
 
     def __init__(self, exe, sock, profile, code="pass", expect="", packages=(), input_bytes=0,
-                 artifact_bytes=0):
+                 artifact_bytes=0, no_outputs=False):
         cmd = [exe, "--socket", sock, "--profile", profile, "--code", code, "--expect", expect,
                "--mode", "latency"]
         for p in packages:
@@ -85,6 +85,8 @@ class Library:
             cmd += ["--input-bytes", str(input_bytes)]
         if artifact_bytes:
             cmd += ["--expect-artifact-bytes", str(artifact_bytes)]
+        if no_outputs:
+            cmd += ["--no-outputs"]
         self.p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.kinds = []
 

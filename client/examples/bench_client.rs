@@ -71,6 +71,10 @@ struct Args {
     /// `latency`: the artifacts' bytes each job must return (checked, as the stdout is).
     #[arg(long, default_value_t = 0)]
     expect_artifact_bytes: u64,
+    /// `latency`: ask for no artifacts (`Outputs::None`): what their collection costs a
+    /// job that makes none is the difference.
+    #[arg(long)]
+    no_outputs: bool,
 }
 
 fn ms_since(start: Instant) -> f64 {
@@ -136,6 +140,9 @@ fn kind(start: Option<SandboxStart>) -> &'static str {
 
 async fn one_job(args: &Args) -> Result<(f64, &'static str)> {
     let mut job = Job::new(args.code.clone()).profile(args.profile.clone());
+    if args.no_outputs {
+        job = job.outputs(vivarium_client::proto::Outputs::None);
+    }
     for p in &args.packages {
         job = job.package(p.clone());
     }

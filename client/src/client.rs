@@ -132,7 +132,10 @@ impl Client {
     {
         // Which request carries the job depends on the daemon's version when it wants
         // artifacts: the hello's answer, in flight since the connect, is read first.
-        let version = if job.outputs != vivarium_proto::Outputs::None {
+        // The default outputs need no version: on a protocol-8 connection every request
+        // asks for them, so the request goes out with the hello, not after its answer.
+        // Other outputs need `SubmitJob`, which only a protocol-8 daemon takes.
+        let version = if job.outputs != vivarium_proto::Outputs::Default {
             self.hello().await?.version
         } else {
             crate::artifacts::ARTIFACTS_PROTOCOL - 1

@@ -159,7 +159,8 @@ pub(crate) fn submit_frames(job: &Job, stdin: bool, version: u32) -> Result<Fram
             }))
         }
     };
-    let artifacts = version >= ARTIFACTS_PROTOCOL && job.outputs != Outputs::None;
+    // (The default outputs need no `SubmitJob`: see `Client::submit`.)
+    let artifacts = version >= ARTIFACTS_PROTOCOL && job.outputs != Outputs::Default;
     if job.files.is_empty() && !artifacts {
         return Ok(Frames::plain(code_frames(job.code.as_bytes(), plain)?));
     }
@@ -376,12 +377,13 @@ mod tests {
             Outputs::Patterns(vec!["res/*.csv".into(), "**/*.png".into()])
         );
         assert_eq!(w.spec.code, Code::Inline(b"print(1)".to_vec()));
-        // The default asks for the default; no outputs asks the old way.
+        // The default goes the old way (a protocol-8 daemon reads it as the default);
+        // no outputs must say so.
         let frames = decode_all(&submit_frames(&Job::new("1"), false, 8).unwrap().all());
-        assert!(matches!(&frames[..], [Request::SubmitJob(w)] if w.outputs == Outputs::Default));
+        assert!(matches!(&frames[..], [Request::Submit(_)]));
         let none = Job::new("1").outputs(Outputs::None);
         let frames = decode_all(&submit_frames(&none, false, 8).unwrap().all());
-        assert!(matches!(&frames[..], [Request::Submit(_)]));
+        assert!(matches!(&frames[..], [Request::SubmitJob(w)] if w.outputs == Outputs::None));
         // A protocol-7 daemon never sees SubmitJob.
         let frames = decode_all(&submit_frames(&job, false, 7).unwrap().all());
         assert!(matches!(&frames[..], [Request::Submit(_)]));

@@ -187,7 +187,8 @@ pub(crate) fn exec_frames(cell: &Cell, stdin: bool, version: u32) -> Result<Fram
         wall_ms: cell.wall_ms,
     };
     let plain = |code| Request::ExecCell(Box::new(exec(code)));
-    let artifacts = version >= ARTIFACTS_PROTOCOL && cell.outputs != Outputs::None;
+    // (The default outputs need no `SubmitJob`: see `Client::submit`.)
+    let artifacts = version >= ARTIFACTS_PROTOCOL && cell.outputs != Outputs::Default;
     if cell.files.is_empty() && !artifacts {
         return Ok(Frames::plain(code_frames(cell.code.as_bytes(), plain)?));
     }
@@ -362,7 +363,8 @@ impl Client {
     where
         R: AsyncRead + Unpin + Send + 'c,
     {
-        let version = if cell.outputs != Outputs::None {
+        // As for a job: only outputs other than the default need the daemon's version.
+        let version = if cell.outputs != Outputs::Default {
             self.hello().await?.version
         } else {
             ARTIFACTS_PROTOCOL - 1

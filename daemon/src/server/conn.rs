@@ -144,6 +144,16 @@ impl Submission {
             explicit,
             inline: true,
         };
+        // From protocol 8 a request that says nothing of outputs asks for the default
+        // (a client need not wait for the hello's answer to choose its request); before,
+        // it never gets artifacts.
+        let default = || {
+            if version >= 8 {
+                Outputs::Default
+            } else {
+                Outputs::None
+            }
+        };
         match req {
             // PEP 723 blocks are read for version-2 clients only: a version-1 client's
             // job runs exactly as it always did.
@@ -154,22 +164,22 @@ impl Submission {
                     inline: version >= 2,
                 },
                 Vec::new(),
-                Outputs::None,
+                default(),
             ),
             Request::SubmitWith(w) => {
-                Submission::Job(w.spec, ask(w.packages), Vec::new(), Outputs::None)
+                Submission::Job(w.spec, ask(w.packages), Vec::new(), default())
             }
             Request::SubmitFiles(w) => {
                 let w = *w;
-                Submission::Job(w.spec, ask(w.packages), w.files, Outputs::None)
+                Submission::Job(w.spec, ask(w.packages), w.files, default())
             }
             // Protocol 8: the artifacts.
             Request::SubmitJob(w) => {
                 let w = *w;
                 Submission::Job(w.spec, ask(w.packages), w.files, w.outputs)
             }
-            Request::ExecCell(cell) => Submission::Cell(*cell, Vec::new(), Outputs::None),
-            Request::ExecCellFiles(c) => Submission::Cell(c.cell, c.files, Outputs::None),
+            Request::ExecCell(cell) => Submission::Cell(*cell, Vec::new(), default()),
+            Request::ExecCellFiles(c) => Submission::Cell(c.cell, c.files, default()),
             Request::RunCell(c) => {
                 let c = *c;
                 Submission::Cell(c.cell, c.files, c.outputs)
