@@ -9,13 +9,14 @@
 #        cell's stdin pipe attached (SCM_RIGHTS), then b"D" + bytes datagrams adding up
 #        to code_len; with `files`, that many input files (inputs.py) come first on the
 #        stdin pipe, placed under /work before the cell runs; with a collection request
-#        (outputs.rs, `parse_request`: caps, then NUL-ended patterns), the write end of
-#        an outputs pipe comes second: after the cell, what the patterns match that is
-#        new or changed since the last collection is written there as a bundle
-#        (outputs.py), and the pipe closed, before the result;
+#        (outputs.rs, `parse_request`: caps, then NUL-ended patterns) after `files`:
+#        after the cell, what the patterns match that is new or changed since the last
+#        collection is written as a bundle (outputs.py) into a new memfd, sealed, and
+#        sent with the result;
 #   b"I" + cell:u32: interrupt that cell if it is the one running;
 #   EOF: the session is over.
-# Sandbox -> daemon: b"R" + json, one per cell (daemon/src/server/cell_link.rs).
+# Sandbox -> daemon: b"R" + json, one per cell (daemon/src/server/cell_link.rs), with the
+# cell's bundle attached when it asked for its outputs.
 #
 # How a cell runs follows Pyodide's CodeRunner (src/py/_pyodide/_base.py) and IPython's
 # `last_expr` interactivity: the last statement, if an expression and not ended by `;`,
@@ -228,13 +229,12 @@ def reader():
         tag = data[:1]
         if flags & _socket.MSG_TRUNC:
             tag = b""  # longer than any datagram of the protocol
-        if tag == b"C" and len(data) in (13, 17) and len(fds) == 1 or (
-                tag == b"C" and len(data) > 17 and len(fds) == 2):
+        if tag == b"C" and len(data) >= 13 and len(fds) == 1:
             if pending is not None:
-                close_fds([pending[1]] + ([pending[6][0]] if pending[6] else []))
+                close_fds([pending[1]])
             code_len = int.from_bytes(data[5:13], "little")
             files = int.from_bytes(data[13:17], "little")
-            outputs = outputs_request(data[17:], fds[1]) if len(fds) == 2 else None
+            outputs = outputs_request(data[17:]) if len(data) > 17 else None
             pending = [int.from_bytes(data[1:5], "little"), fds[0], code_len, [], 0, files,
                        outputs]
         elif tag == b"D" and pending is not None and len(data) > 1:
@@ -242,7 +242,7 @@ def reader():
             pending[4] += len(data) - 1
             close_fds(fds)
             if pending[4] > pending[2]:
-                close_fds([pending[1]] + ([pending[6][0]] if pending[6] else []))
+                close_fds([pending[1]])
                 pending = None
         elif tag == b"I" and len(data) == 5:
             close_fds(fds)
@@ -263,20 +263,17 @@ def reader():
             pending = None
 
 
-def outputs_request(b, fd):
-    # (fd, its identity, caps, patterns) of a collection request, or None (fd closed).
+def outputs_request(b):
+    # (caps, patterns) of a collection request, or None (then the result says nothing).
     try:
         count = int.from_bytes(b[20:24], "little")
         patterns = [p.decode("utf-8") for p in b[24:].split(b"\0")[:-1]]
         if len(b) < 24 or len(patterns) != count or not patterns or b[-1:] != b"\0":
-            raise ValueError("a malformed collection request")
+            return None
         caps = (int.from_bytes(b[0:4], "little"), int.from_bytes(b[4:12], "little"),
                 int.from_bytes(b[12:20], "little"))
-        os.set_inheritable(fd, False)
-        st = os.fstat(fd)
-        return (fd, (st.st_dev, st.st_ino), caps, patterns)
-    except (ValueError, OSError):
-        close_fds([fd])
+        return (caps, patterns)
+    except ValueError:
         return None
 
 
@@ -556,24 +553,28 @@ def serve(cell, stdin_fd, source, files, box):
 outputs_seen = {}  # path -> identity of what earlier cells' collections listed
 
 def collect_outputs(spec):
-    # After a cell: its outputs to the pipe the daemon gave, only if that fd is still
-    # the pipe (a cell may have closed it, and its number been reused since).
-    fd, ident, caps, patterns = spec
+    # After a cell: its outputs as a bundle in a new memfd, sealed (nothing can change it
+    # once the daemon has it), sent with the cell's result; None if it could not be made.
+    # Made only now, so no fd of the daemon's is open while the cell runs.
+    caps, patterns = spec
     try:
-        st = os.fstat(fd)
-    except OSError:
-        return
-    if (st.st_dev, st.st_ino) != ident:
-        return
+        try:  # MFD_NOEXEC_SEAL (Linux 6.3; vm.memfd_noexec = 2 asks for it)
+            fd = os.memfd_create("vivarium-outputs", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING | 8)
+        except OSError:
+            fd = os.memfd_create("vivarium-outputs", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    except BaseException_:
+        return None
     try:
         if "_vivarium_outputs_collect" not in globals():
             exec(compile(OUTPUTS_PY, own_file, "exec", dont_inherit=True), globals())
         _vivarium_outputs_collect(fd, patterns, caps[0], caps[1], caps[2],
                                   seen=outputs_seen)
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
+                    | fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SEAL)
+        return fd
     except BaseException_:
-        pass  # the daemon reads a bundle without its end: "not collected"
-    finally:
         close_fds([fd])
+        return None
 
 
 #: part
@@ -614,8 +615,7 @@ while True:
         new_stdin()
     except BaseException_:
         pass
-    if outputs is not None:
-        collect_outputs(outputs)
+    bundle = collect_outputs(outputs) if outputs is not None else None
     value, exc = None, None
     if outcome is not None and outcome[0] == "value":
         value = outcome[1]
@@ -628,6 +628,11 @@ while True:
     else:
         exc = ("SystemError", "the cell ended without a result", "")
     try:
-        sock.send(encode(cell, value, exc))
+        if bundle is None:
+            sock.send(encode(cell, value, exc))
+        else:
+            sock.sendmsg([encode(cell, value, exc)], [(
+                _socket.SOL_SOCKET, _socket.SCM_RIGHTS, bundle.to_bytes(4, byteorder, signed=True))])
+            close_fds([bundle])
     except OSError:
         os._exit(0)  # the daemon is gone

@@ -16,6 +16,10 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct RawConn {
     sock: UnixSeqpacket,
     buf: Vec<u8>,
+    /// Whether [`RawConn::recv_opt`] returns the artifact events (`Artifact`,
+    /// `ArtifactChunk`, `Artifacts`) that every job and cell of a protocol-8 connection
+    /// ends with; tests of other things skip them ([`RawConn::seeing_artifacts`]).
+    artifacts: bool,
 }
 
 impl RawConn {
@@ -26,7 +30,14 @@ impl RawConn {
         RawConn {
             sock,
             buf: vec![0; MAX_FRAME * 2],
+            artifacts: false,
         }
+    }
+
+    /// This connection's [`RawConn::recv_opt`] returns the artifact events too.
+    pub fn seeing_artifacts(mut self) -> RawConn {
+        self.artifacts = true;
+        self
     }
 
     /// A connection made as `uid` (its SO_PEERCRED), by a thread of its own that takes
@@ -57,6 +68,7 @@ impl RawConn {
         RawConn {
             sock: UnixSeqpacket::try_from(fd).expect("a seqpacket socket"),
             buf: vec![0; MAX_FRAME * 2],
+            artifacts: false,
         }
     }
 
@@ -75,16 +87,26 @@ impl RawConn {
     }
 
     /// The next event, or `None` when the daemon closed the connection. Panics on a
-    /// timeout or an undecodable event.
+    /// timeout or an undecodable event. Skips the artifact events unless
+    /// [`RawConn::seeing_artifacts`].
     pub async fn recv_opt(&mut self) -> Option<Event> {
-        let n = tokio::time::timeout(ANSWER_TIMEOUT, self.sock.recv(&mut self.buf))
-            .await
-            .expect("the daemon did not answer within 10 s")
-            .expect("recv");
-        if n == 0 {
-            return None;
+        loop {
+            let n = tokio::time::timeout(ANSWER_TIMEOUT, self.sock.recv(&mut self.buf))
+                .await
+                .expect("the daemon did not answer within 10 s")
+                .expect("recv");
+            if n == 0 {
+                return None;
+            }
+            let event = decode(&self.buf[..n]).expect("the daemon sent an undecodable event");
+            let artifact = matches!(
+                event,
+                Event::Artifact(_) | Event::ArtifactChunk(_) | Event::Artifacts(_)
+            );
+            if !artifact || self.artifacts {
+                return Some(event);
+            }
         }
-        Some(decode(&self.buf[..n]).expect("the daemon sent an undecodable event"))
     }
 
     /// The next event; panics if the connection closed.

@@ -346,7 +346,9 @@ async fn a_version_7_connection_gets_no_artifacts_and_cannot_ask() {
         return;
     }
     let daemon = Daemon::start(DaemonOpts::default());
-    let mut conn = vivarium_e2e::RawConn::connect(daemon.socket()).await;
+    let mut conn = vivarium_e2e::RawConn::connect(daemon.socket())
+        .await
+        .seeing_artifacts();
     assert_eq!(conn.hello_versions(1, 7).await.version, 7);
     let spec = JobSpec {
         profile: "default".into(),
@@ -387,4 +389,35 @@ async fn a_version_7_connection_gets_no_artifacts_and_cannot_ask() {
             _ => {}
         }
     }
+    // On a version-8 connection the same plain request asks for the default outputs.
+    let mut conn = vivarium_e2e::RawConn::connect(daemon.socket())
+        .await
+        .seeing_artifacts();
+    assert_eq!(conn.hello_versions(1, 8).await.version, 8);
+    conn.send(&Request::Submit(JobSpec {
+        profile: "default".into(),
+        code: Code::Inline(MAKE_OUTPUTS.as_bytes().to_vec()),
+        args: Vec::new(),
+        stdin: false,
+        limits: Default::default(),
+    }))
+    .await;
+    let mut headers = Vec::new();
+    loop {
+        match conn.recv().await {
+            Event::Artifact(h) => headers.push(h.path.clone()),
+            Event::Artifacts(r) => assert_eq!(r.returned, 4, "{r:?}"),
+            Event::Finished(_) => break,
+            _ => {}
+        }
+    }
+    assert_eq!(
+        headers,
+        vec![
+            "out/data.csv",
+            "out/empty",
+            "out/plot.png",
+            "out/sub/deeper/blob.bin"
+        ]
+    );
 }

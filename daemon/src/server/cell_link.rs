@@ -162,8 +162,8 @@ impl CellLink {
     /// stdin pipe; the sandbox gets its own copy), then the code in `D` datagrams. With
     /// `files`, that many input files come first on the stdin pipe (the caller writes
     /// them there, `Inputs::stream`). With `outputs`, a collection request
-    /// (`artifacts::request_bytes`) ends the `C` datagram and the write end of the pipe
-    /// the cell loop writes its bundle to comes second.
+    /// (`artifacts::request_bytes`) ends the `C` datagram: the result then comes with the
+    /// cell's bundle in a sealed memfd ([`CellLink::next_result_with_bundle`]).
     ///
     /// Not cancel-safe: a cancelled send leaves a partial cell in the sandbox, which it
     /// drops when the next `C` comes (the session stays usable).
@@ -173,10 +173,10 @@ impl CellLink {
         code: &[u8],
         files: u32,
         stdin: BorrowedFd<'_>,
-        outputs: Option<(&[u8], BorrowedFd<'_>)>,
+        outputs: Option<&[u8]>,
     ) -> Result<(), LinkError> {
         let _one_cell = self.sending.lock().await;
-        let mut header = Vec::with_capacity(17 + outputs.map_or(0, |o| o.0.len()));
+        let mut header = Vec::with_capacity(17 + outputs.map_or(0, <[u8]>::len));
         header.push(b'C');
         header.extend_from_slice(&cell.to_le_bytes());
         header.extend_from_slice(&(code.len() as u64).to_le_bytes());
@@ -184,10 +184,8 @@ impl CellLink {
         if files > 0 || outputs.is_some() {
             header.extend_from_slice(&files.to_le_bytes());
         }
-        let mut fds = vec![stdin];
-        if let Some((request, pipe)) = outputs {
+        if let Some(request) = outputs {
             header.extend_from_slice(request);
-            fds.push(pipe);
         }
         if header.len() > MAX_RESULT {
             return Err(LinkError::Io(io::Error::other(
@@ -196,7 +194,7 @@ impl CellLink {
         }
         let mut space = [0u8; 64];
         let mut anc = AncillaryMessageWriter::new(&mut space);
-        anc.add_fds(&fds)
+        anc.add_fds(&[stdin])
             .map_err(|_| LinkError::Io(io::Error::other("ancillary buffer too small")))?;
         self.sock
             .send_vectored_with_ancillary(&[IoSlice::new(&header)], &mut anc)
@@ -229,7 +227,16 @@ impl CellLink {
     /// either received whole or left in the socket), so it can wait in `select!`.
     /// A `Malformed` error is about one datagram: the caller may read on or end the
     /// session.
+    #[cfg(test)]
     pub async fn next_result(&self) -> Result<CellResult, LinkError> {
+        self.next_result_with_bundle().await.map(|(r, _)| r)
+    }
+
+    /// [`CellLink::next_result`], and the first fd that came with it (a cell's bundle;
+    /// checked by its reader, [`read_bundle`]). Every other fd is closed.
+    pub async fn next_result_with_bundle(
+        &self,
+    ) -> Result<(CellResult, Option<OwnedFd>), LinkError> {
         // One byte more than the limit: a datagram that fills it is too long (the
         // kernel drops what does not fit).
         let mut buf = vec![0u8; MAX_RESULT + 1];
@@ -242,13 +249,59 @@ impl CellLink {
                 Some(libc::ECONNRESET) => LinkError::Closed,
                 _ => LinkError::Io(e),
             })?;
-        // Dropping the reader closes every fd that came with the datagram.
-        drop(anc);
+        let mut bundle = None;
+        for msg in anc.into_messages() {
+            if let tokio_seqpacket::ancillary::OwnedAncillaryMessage::FileDescriptors(fds) = msg {
+                for fd in fds {
+                    if bundle.is_none() {
+                        bundle = Some(fd);
+                    } // (else dropped: closed)
+                }
+            }
+        }
         if n == 0 {
             return Err(LinkError::Closed);
         }
-        parse_result(&buf[..n])
+        parse_result(&buf[..n]).map(|r| (r, bundle))
     }
+}
+
+/// Why a cell's bundle fd is refused.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum BundleError {
+    #[error("the bundle is not a sealed memfd")]
+    NotSealed,
+    #[error("the bundle is {0} bytes, more than the caps allow")]
+    TooLarge(u64),
+    #[error("reading the bundle: {0}")]
+    Io(#[from] io::Error),
+}
+
+/// The bytes of a cell's bundle, as its fd came from the sandbox (hostile): only a
+/// regular file sealed against writes, growth and shrinking (a memfd: nothing can
+/// change it, and reading it never blocks), of at most `most` bytes.
+pub(crate) fn read_bundle(fd: OwnedFd, most: u64) -> Result<Vec<u8>, BundleError> {
+    use nix::fcntl::{fcntl, FcntlArg, SealFlag};
+    use std::io::Read;
+    let st = nix::sys::stat::fstat(&fd).map_err(io::Error::from)?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Err(BundleError::NotSealed);
+    }
+    let need = SealFlag::F_SEAL_WRITE | SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SHRINK;
+    let seals = fcntl(&fd, FcntlArg::F_GET_SEALS).map_err(|_| BundleError::NotSealed)?;
+    if !SealFlag::from_bits_truncate(seals).contains(need) {
+        return Err(BundleError::NotSealed);
+    }
+    let size = st.st_size as u64;
+    if size > most {
+        return Err(BundleError::TooLarge(size));
+    }
+    let mut bytes = Vec::with_capacity(size as usize);
+    let mut file = std::fs::File::from(fd);
+    use std::io::Seek;
+    file.seek(io::SeekFrom::Start(0))?;
+    file.take(size).read_to_end(&mut bytes)?;
+    Ok(bytes)
 }
 
 /// A result datagram, checked and clamped.
@@ -999,6 +1052,47 @@ s.send(b'R' + b'[' * 50000)
         format!(
             r#"R{{"cell": {cell}, "status": "ok", "value": {value}, "value_truncated": false, "exc_type": null, "exc_message": null, "traceback": null, "traceback_truncated": false}}"#
         )
+    }
+
+    /// A cell's bundle is read only from a memfd sealed against change, within the caps:
+    /// an unsealed one, a pipe (whose reader could block) or a larger one is refused.
+    #[test]
+    fn a_bundle_fd_is_read_only_when_sealed_and_within_bounds() {
+        use nix::fcntl::{fcntl, FcntlArg, SealFlag};
+        use nix::sys::memfd::{memfd_create, MFdFlags};
+        use std::io::Write;
+        let memfd = |data: &[u8], seal: bool| {
+            let fd =
+                memfd_create("t", MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING).unwrap();
+            let mut f = std::fs::File::from(fd);
+            f.write_all(data).unwrap();
+            let fd = OwnedFd::from(f);
+            if seal {
+                let seals =
+                    SealFlag::F_SEAL_WRITE | SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SHRINK;
+                fcntl(&fd, FcntlArg::F_ADD_SEALS(seals)).unwrap();
+            }
+            fd
+        };
+        assert_eq!(
+            read_bundle(memfd(b"VIVOUT1\n", true), 100).unwrap(),
+            b"VIVOUT1\n"
+        );
+        assert!(matches!(
+            read_bundle(memfd(b"x", false), 100),
+            Err(BundleError::NotSealed)
+        ));
+        assert!(matches!(
+            read_bundle(memfd(&[0; 101], true), 100),
+            Err(BundleError::TooLarge(101))
+        ));
+        let (r, _w) = nix::unistd::pipe().unwrap();
+        assert!(matches!(read_bundle(r, 100), Err(BundleError::NotSealed)));
+        let file = tempfile::tempfile().unwrap();
+        assert!(matches!(
+            read_bundle(file.into(), 100),
+            Err(BundleError::NotSealed)
+        ));
     }
 
     #[tokio::test]

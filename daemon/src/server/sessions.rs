@@ -1079,31 +1079,15 @@ async fn run_cell(
     };
     let cell = cell_no as u32;
     let files = inputs.files.len() as u32; // (the files go at the head of its stdin)
-                                           // The outputs: a pipe whose write end the cell loop writes the bundle to after the
-                                           // cell, read here meanwhile (it may be larger than the pipe).
+                                           // The outputs: asked for in the `C` datagram; the bundle comes with the result.
     let caps = entry.output_caps;
-    let mut collecting = None;
-    let mut request = None;
-    if let Some(wanted) = &outputs {
-        match nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) {
-            Ok((r, w)) => {
-                request = Some((super::artifacts::request_bytes(wanted, &caps), w));
-                collecting = Some(read_cell_bundle(r, super::artifacts::max_bundle_len(&caps)));
-            }
-            Err(e) => tracing::warn!(error = %e, "no outputs pipe for a cell"),
-        }
-    }
+    let request = outputs
+        .as_ref()
+        .map(|wanted| super::artifacts::request_bytes(wanted, &caps));
     let sent = sb
         .link
-        .send_cell(
-            cell,
-            &code,
-            files,
-            stdin_r.as_fd(),
-            request.as_ref().map(|(r, w)| (r.as_slice(), w.as_fd())),
-        )
+        .send_cell(cell, &code, files, stdin_r.as_fd(), request.as_deref())
         .await;
-    drop(request); // (the sandbox has its own copy of the write end)
     if let Err(e) = sent {
         drop(stdin_r);
         let end = End::new(
@@ -1146,10 +1130,10 @@ async fn run_cell(
                 false
             }
         };
-    let result: Result<CellResult, End> = loop {
+    let result: Result<(CellResult, Option<OwnedFd>), End> = loop {
         tokio::select! {
-            r = sb.link.next_result() => match r {
-                Ok(res) if res.cell == cell => break Ok(res),
+            r = sb.link.next_result_with_bundle() => match r {
+                Ok((res, bundle)) if res.cell == cell => break Ok((res, bundle)),
                 Ok(_) => continue, // a stale result (or the cell's own forgery): not this cell's end
                 Err(cell_link::LinkError::Closed) => {
                     // The interpreter is gone: the spawner's report says how.
@@ -1229,31 +1213,37 @@ async fn run_cell(
             .guard(sb.job_id, limits.memory_guard_bytes, false)
             .await;
     }
-    let res = match result {
-        Ok(res) => res,
+    let (res, bundle) = match result {
+        Ok(got) => got,
         Err(end) => return Err(end_in_cell(daemon, entry, sb, reply, cell_no, started, end).await),
     };
     // Everything the cell wrote before its result is in the pipes now.
     drain(&mut sb.stdout, &mut out_buf, &mut out, &sock, cap, true).await;
     drain(&mut sb.stderr, &mut err_buf, &mut err, &sock, cap, false).await;
-    // And its bundle: written before the result.
-    if let (Some(wanted), Some((done, task))) = (outputs, collecting) {
-        let _ = done.send(());
-        let collected = match task.await {
-            Ok(Ok(b)) if b.is_empty() => Err(vivarium_proto::ArtifactsStatus::NotCollected(
-                "the cell loop collected nothing (a cell closed its outputs pipe?)".into(),
+    // And its bundle, which came with the result.
+    if let Some(wanted) = outputs {
+        use vivarium_proto::ArtifactsStatus::NotCollected;
+        let most = super::artifacts::max_bundle_len(&caps);
+        let read = match bundle {
+            None => Err(NotCollected(
+                "the cell loop sent no artifacts (it could not collect them)".into(),
             )),
-            Ok(Ok(b)) => super::artifacts::parse_off_thread(b, wanted, caps)
+            Some(fd) => tokio::task::spawn_blocking(move || cell_link::read_bundle(fd, most))
+                .await
+                .unwrap_or(Err(cell_link::BundleError::NotSealed))
+                .map_err(|e| {
+                    tracing::warn!(error = %e, "a cell's output bundle was refused");
+                    NotCollected(format!("the session's answer was refused: {e}"))
+                }),
+        };
+        let collected = match read {
+            Ok(b) => super::artifacts::parse_off_thread(b, wanted, caps)
                 .await
                 .map_err(|e| {
                     tracing::warn!(error = %e, "a cell's output bundle was refused");
-                    vivarium_proto::ArtifactsStatus::NotCollected(format!(
-                        "the session's answer was refused: {e}"
-                    ))
+                    NotCollected(format!("the session's answer was refused: {e}"))
                 }),
-            _ => Err(vivarium_proto::ArtifactsStatus::NotCollected(
-                "reading the cell's artifacts failed".into(),
-            )),
+            Err(status) => Err(status),
         };
         super::artifacts::send(&sock, collected, &caps).await;
     }
@@ -1319,48 +1309,6 @@ async fn run_cell(
 
 fn before_cells(entry: &Entry) -> u64 {
     entry.meta.lock().expect("session meta lock").cells
-}
-
-/// Read a cell's bundle from the read end of its outputs pipe, at most `most` bytes and
-/// one more, until EOF or, once told (`done`: the cell's result has come, so the whole
-/// bundle was written), until the pipe is empty: a process the cell left behind may
-/// hold a copy of the write end.
-fn read_cell_bundle(
-    pipe: OwnedFd,
-    most: u64,
-) -> (
-    oneshot::Sender<()>,
-    tokio::task::JoinHandle<std::io::Result<Vec<u8>>>,
-) {
-    let (done_tx, mut done) = oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        use tokio::io::AsyncReadExt;
-        let mut rx = tokio::net::unix::pipe::Receiver::from_owned_fd(pipe)?;
-        let mut bundle = Vec::new();
-        let mut buf = vec![0u8; 256 * 1024];
-        let mut told = false;
-        loop {
-            if told {
-                match nix::unistd::read(rx.as_fd(), &mut buf) {
-                    Ok(0) | Err(_) => return Ok(bundle),
-                    Ok(n) => bundle.extend_from_slice(&buf[..n]),
-                }
-            } else {
-                tokio::select! {
-                    biased;
-                    n = rx.read(&mut buf) => match n? {
-                        0 => return Ok(bundle),
-                        n => bundle.extend_from_slice(&buf[..n]),
-                    },
-                    _ = &mut done => told = true,
-                }
-            }
-            if bundle.len() as u64 > most {
-                return Ok(bundle); // (refused by the parser)
-            }
-        }
-    });
-    (done_tx, task)
 }
 
 /// Read what is in `pipe` now (without waiting), forwarding it within `cap`.
