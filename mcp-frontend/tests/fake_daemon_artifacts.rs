@@ -41,8 +41,9 @@ async fn send(sock: &UnixSeqpacket, event: Event) {
     sock.send(&encode(&event).unwrap()).await.unwrap();
 }
 
-/// One connection: the hello, then a `SubmitJob` answered with output, two artifacts and
-/// the report; anything else (the profile list) is answered by closing.
+/// One connection: the hello, then a job (a plain `Submit`, which on protocol 8 asks for
+/// the default outputs, or a `SubmitJob`) answered with output, two artifacts and the
+/// report; anything else (the profile list) is answered by closing.
 async fn serve(sock: UnixSeqpacket, png: Vec<u8>) {
     let mut buf = vec![0u8; MAX_FRAME];
     let n = sock.recv(&mut buf).await.unwrap();
@@ -56,10 +57,11 @@ async fn serve(sock: UnixSeqpacket, png: Vec<u8>) {
     };
     send(&sock, Event::HelloAck(ack)).await;
     let n = sock.recv(&mut buf).await.unwrap_or(0);
-    let Ok(Request::SubmitJob(job)) = decode::<Request>(&buf[..n]) else {
-        return;
+    let profile = match decode::<Request>(&buf[..n]) {
+        Ok(Request::Submit(spec)) => spec.profile,
+        Ok(Request::SubmitJob(job)) => job.spec.profile,
+        _ => return,
     };
-    let profile = job.spec.profile.clone();
     send(
         &sock,
         Event::Started {
