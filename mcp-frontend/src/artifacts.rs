@@ -36,6 +36,7 @@ use vivarium_client::Artifact;
 use vivarium_proto::{ArtifactsReport, ArtifactsStatus};
 
 use crate::images::{self, ImageBudget, LeftOutReason};
+use crate::principal::PrincipalKey;
 use crate::resources::{self, ArtifactStore};
 
 /// Bytes of a whole result (its JSON) at most: under the 1,048,576 characters Claude
@@ -208,10 +209,17 @@ fn link_chars(r: &Resource) -> usize {
 pub async fn prepare(
     collected: Collected,
     store: Arc<ArtifactStore>,
+    owner: PrincipalKey,
     text_chars: usize,
 ) -> Option<Prepared> {
     match tokio::task::spawn_blocking(move || {
-        prepare_now(collected, &store, text_chars, &ImageBudget::default())
+        prepare_now(
+            collected,
+            &store,
+            &owner,
+            text_chars,
+            &ImageBudget::default(),
+        )
     })
     .await
     {
@@ -224,11 +232,12 @@ pub async fn prepare(
 }
 
 /// The artifacts' part of a result whose text budget is `text_chars`: each file kept in
-/// `store`, the images fitted to `budget`. `None` when there is nothing to say (no
+/// `store` for `owner` (the principal of the call), the images fitted to `budget`. `None` when there is nothing to say (no
 /// artifacts and no report: an older daemon, or outputs not requested).
 pub fn prepare_now(
     collected: Collected,
     store: &ArtifactStore,
+    owner: &PrincipalKey,
     text_chars: usize,
     budget: &ImageBudget,
 ) -> Option<Prepared> {
@@ -260,7 +269,7 @@ pub fn prepare_now(
     for artifact in artifacts {
         let Artifact { header, data } = artifact;
         let data: Arc<[u8]> = Arc::from(data);
-        let uri = store.put(&header, data.clone());
+        let uri = store.put(owner, &header, data.clone());
         entries.push(ArtifactEntry {
             path: header.path,
             path_lossy: header.path_lossy,
@@ -830,6 +839,10 @@ mod tests {
         }
     }
 
+    fn owner() -> PrincipalKey {
+        PrincipalKey::new(crate::principal::LOCAL_ISSUER, "stdio")
+    }
+
     fn store() -> Arc<ArtifactStore> {
         Arc::new(ArtifactStore::new(DEFAULT_TTL, DEFAULT_MAX_BYTES))
     }
@@ -866,6 +879,7 @@ mod tests {
         let prepared = prepare_now(
             collected,
             store,
+            &owner(),
             budgets.text_chars,
             &ImageBudget::default(),
         );
@@ -956,7 +970,7 @@ mod tests {
             .content
             .iter()
             .any(|c| matches!(c, ContentBlock::ResourceLink(r) if r.uri == uri)));
-        let read = store.read(uri).unwrap();
+        let read = store.read(&owner(), uri).unwrap();
         let ResourceContents::BlobResourceContents { blob, .. } = &read.contents[0] else {
             panic!("a PNG is a blob");
         };
@@ -1047,7 +1061,9 @@ mod tests {
             "{text}"
         );
         // Still served as a file.
-        assert!(store.read(files[0]["uri"].as_str().unwrap()).is_ok());
+        assert!(store
+            .read(&owner(), files[0]["uri"].as_str().unwrap())
+            .is_ok());
 
         let output = std::process::Command::new(std::env::current_exe().unwrap())
             .args([
@@ -1271,7 +1287,7 @@ mod tests {
         assert!(images_of(&call).is_empty());
         for f in &files {
             let uri = f["uri"].as_str().unwrap();
-            assert!(store.read(uri).is_ok(), "{uri}");
+            assert!(store.read(&owner(), uri).is_ok(), "{uri}");
         }
         let links = call
             .content
@@ -1289,6 +1305,7 @@ mod tests {
         let prepared = prepare_now(
             Collected::default(),
             &store(),
+            &owner(),
             8_000,
             &ImageBudget::default(),
         );

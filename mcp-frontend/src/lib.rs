@@ -69,6 +69,7 @@
 #![forbid(unsafe_code)]
 
 pub mod artifacts;
+pub mod audit;
 pub mod cell;
 pub mod excerpt;
 pub mod files;
@@ -80,6 +81,7 @@ pub mod principal;
 pub mod resources;
 pub mod server;
 pub mod session;
+pub mod tenants;
 pub mod tool;
 
 use std::path::PathBuf;

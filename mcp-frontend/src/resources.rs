@@ -27,6 +27,8 @@ use base64::Engine;
 use rmcp::model::{ReadResourceResult, Resource, ResourceContents};
 use vivarium_proto::ArtifactHeader;
 
+use crate::principal::PrincipalKey;
+
 /// The URI scheme of artifacts.
 pub const SCHEME: &str = "vivarium-artifact";
 
@@ -56,11 +58,13 @@ struct Inner {
     entries: VecDeque<Entry>,
     bytes: u64,
     next: u64,
-    gone: VecDeque<(u64, Gone)>,
+    gone: VecDeque<(u64, PrincipalKey, Gone)>,
 }
 
 struct Entry {
     number: u64,
+    /// The principal whose call returned it: the only one it is served to.
+    owner: PrincipalKey,
     uri: String,
     header: ArtifactHeader,
     data: Arc<[u8]>,
@@ -158,12 +162,24 @@ impl ArtifactStore {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Keep an artifact; its URI, or `None` when it is larger than the whole store.
-    pub fn put(&self, header: &ArtifactHeader, data: Arc<[u8]>) -> Option<String> {
-        self.put_at(header, data, Instant::now())
+    /// Keep an artifact for `owner`; its URI, or `None` when it is larger than the whole
+    /// store.
+    pub fn put(
+        &self,
+        owner: &PrincipalKey,
+        header: &ArtifactHeader,
+        data: Arc<[u8]>,
+    ) -> Option<String> {
+        self.put_at(owner, header, data, Instant::now())
     }
 
-    fn put_at(&self, header: &ArtifactHeader, data: Arc<[u8]>, now: Instant) -> Option<String> {
+    fn put_at(
+        &self,
+        owner: &PrincipalKey,
+        header: &ArtifactHeader,
+        data: Arc<[u8]>,
+        now: Instant,
+    ) -> Option<String> {
         let len = data.len() as u64;
         if len > self.max_bytes {
             return None;
@@ -175,7 +191,7 @@ impl ArtifactStore {
                 break;
             };
             inner.bytes -= old.data.len() as u64;
-            remember(&mut inner, old.number, Gone::Evicted);
+            remember(&mut inner, old.number, old.owner, Gone::Evicted);
         }
         let number = inner.next;
         inner.next += 1;
@@ -187,6 +203,7 @@ impl ArtifactStore {
         inner.bytes += len;
         inner.entries.push_back(Entry {
             number,
+            owner: owner.clone(),
             uri: uri.clone(),
             header: header.clone(),
             data,
@@ -203,16 +220,22 @@ impl ArtifactStore {
             }
             let old = inner.entries.pop_front().expect("a front entry");
             inner.bytes -= old.data.len() as u64;
-            remember(inner, old.number, Gone::Expired);
+            remember(inner, old.number, old.owner, Gone::Expired);
         }
     }
 
-    /// `resources/read`: the artifact's bytes, as text for UTF-8 text and as base64 else.
-    pub fn read(&self, uri: &str) -> Result<ReadResourceResult, ReadError> {
-        self.read_at(uri, Instant::now())
+    /// `resources/read` by `owner`: the artifact's bytes, as text for UTF-8 text and as
+    /// base64 else. Another principal's artifact is `Unknown`, as one never returned.
+    pub fn read(&self, owner: &PrincipalKey, uri: &str) -> Result<ReadResourceResult, ReadError> {
+        self.read_at(owner, uri, Instant::now())
     }
 
-    fn read_at(&self, uri: &str, now: Instant) -> Result<ReadResourceResult, ReadError> {
+    fn read_at(
+        &self,
+        owner: &PrincipalKey,
+        uri: &str,
+        now: Instant,
+    ) -> Result<ReadResourceResult, ReadError> {
         let not_ours = || ReadError::NotAnArtifact { uri: uri.into() };
         let rest = uri
             .strip_prefix(SCHEME)
@@ -231,10 +254,15 @@ impl ArtifactStore {
             .binary_search_by_key(&number, |e| e.number)
             .ok()
             .map(|i| &inner.entries[i])
-            // The whole URI must match, path included.
-            .filter(|e| e.uri == uri);
+            // The whole URI must match, path included; another principal's artifact is
+            // one this principal was never given ("not known", nothing more).
+            .filter(|e| e.uri == uri && e.owner == *owner);
         let Some(entry) = found else {
-            let gone = inner.gone.iter().find(|(n, _)| *n == number).map(|g| g.1);
+            let gone = inner
+                .gone
+                .iter()
+                .find(|(n, o, _)| *n == number && o == owner)
+                .map(|g| g.2);
             return Err(match gone {
                 Some(Gone::Expired) => ReadError::Expired {
                     uri: uri.into(),
@@ -261,24 +289,25 @@ impl ArtifactStore {
 
     /// `resources/list`: the artifacts still served, newest first (at most
     /// [`MAX_LISTED`]).
-    pub fn list(&self) -> Vec<Resource> {
+    pub fn list(&self, owner: &PrincipalKey) -> Vec<Resource> {
         let mut inner = self.lock();
         self.expire(&mut inner, Instant::now());
         inner
             .entries
             .iter()
             .rev()
+            .filter(|e| e.owner == *owner)
             .take(MAX_LISTED)
             .map(|e| link(&e.uri, &e.header))
             .collect()
     }
 }
 
-fn remember(inner: &mut Inner, number: u64, why: Gone) {
+fn remember(inner: &mut Inner, number: u64, owner: PrincipalKey, why: Gone) {
     if inner.gone.len() >= GONE_REMEMBERED {
         inner.gone.pop_front();
     }
-    inner.gone.push_back((number, why));
+    inner.gone.push_back((number, owner, why));
 }
 
 /// Whether a daemon media type is text (`text/plain; charset=utf-8`).
@@ -330,6 +359,10 @@ mod tests {
         }
     }
 
+    fn me() -> PrincipalKey {
+        PrincipalKey::new("https://as.example", "alice")
+    }
+
     fn text_of(r: &ReadResourceResult) -> Option<&str> {
         match &r.contents[0] {
             ResourceContents::TextResourceContents { text, .. } => Some(text),
@@ -342,12 +375,14 @@ mod tests {
         let store = ArtifactStore::new(DEFAULT_TTL, DEFAULT_MAX_BYTES);
         let csv = store
             .put(
+                &me(),
                 &header("out/data.csv", 8, "text/plain; charset=utf-8"),
                 Arc::from(&b"a,b\n1,2\n"[..]),
             )
             .unwrap();
         let png = store
             .put(
+                &me(),
                 &header("out/a b/π.png", 4, "image/png"),
                 Arc::from(&b"\x89PNG"[..]),
             )
@@ -357,9 +392,9 @@ mod tests {
             "{csv}"
         );
         assert!(png.ends_with("/1/out/a%20b/%CF%80.png"), "{png}");
-        let read = store.read(&csv).unwrap();
+        let read = store.read(&me(), &csv).unwrap();
         assert_eq!(text_of(&read), Some("a,b\n1,2\n"));
-        let read = store.read(&png).unwrap();
+        let read = store.read(&me(), &png).unwrap();
         match &read.contents[0] {
             ResourceContents::BlobResourceContents {
                 blob, mime_type, ..
@@ -369,7 +404,43 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        assert_eq!(store.list().len(), 2);
+        assert_eq!(store.list(&me()).len(), 2);
+    }
+
+    #[test]
+    fn another_principals_artifact_is_unknown_to_it() {
+        let store = ArtifactStore::new(Duration::from_secs(60), 10);
+        let t0 = Instant::now();
+        let mallory = PrincipalKey::new("https://as.example", "mallory");
+        let uri = store
+            .put_at(
+                &me(),
+                &header("out/x", 4, "text/plain"),
+                Arc::from(&b"abcd"[..]),
+                t0,
+            )
+            .unwrap();
+        // Same issuer, another subject; and the same subject at another issuer.
+        for other in [mallory, PrincipalKey::new("https://other.example", "alice")] {
+            let e = store.read_at(&other, &uri, t0).unwrap_err();
+            assert!(matches!(e, ReadError::Unknown { .. }), "{e}");
+            assert!(store.list(&other).is_empty());
+        }
+        assert!(store.read_at(&me(), &uri, t0).is_ok());
+        // Nor does its expiry tell the other one it existed.
+        let later = t0 + Duration::from_secs(61);
+        let e = store
+            .read_at(
+                &PrincipalKey::new("https://as.example", "mallory"),
+                &uri,
+                later,
+            )
+            .unwrap_err();
+        assert!(matches!(e, ReadError::Unknown { .. }), "{e}");
+        assert!(matches!(
+            store.read_at(&me(), &uri, later),
+            Err(ReadError::Expired { .. })
+        ));
     }
 
     #[test]
@@ -381,13 +452,14 @@ mod tests {
         let t0 = Instant::now();
         let uri = store
             .put_at(
+                &me(),
                 &header("out/x", 4, "text/plain"),
                 Arc::from(&b"abcd"[..]),
                 t0,
             )
             .unwrap();
         // Another instance does not serve it, and says why.
-        let e = other.read(&uri).unwrap_err();
+        let e = other.read(&me(), &uri).unwrap_err();
         assert!(matches!(e, ReadError::OtherInstance { .. }), "{e}");
         assert!(
             e.to_string().contains("another vivarium-mcp instance"),
@@ -398,12 +470,14 @@ mod tests {
         // The same number with another path is not it.
         let forged = uri.replace("/out/x", "/out/y");
         assert!(matches!(
-            store.read_at(&forged, t0),
+            store.read_at(&me(), &forged, t0),
             Err(ReadError::Unknown { .. })
         ));
-        assert!(store.read_at(&uri, t0 + Duration::from_secs(59)).is_ok());
+        assert!(store
+            .read_at(&me(), &uri, t0 + Duration::from_secs(59))
+            .is_ok());
         let e = store
-            .read_at(&uri, t0 + Duration::from_secs(61))
+            .read_at(&me(), &uri, t0 + Duration::from_secs(61))
             .unwrap_err();
         assert_eq!(
             e,
@@ -415,16 +489,31 @@ mod tests {
         assert!(e.to_string().contains("has expired"), "{e}");
         // Over the byte cap the oldest goes first.
         let a = store
-            .put(&header("a", 6, "text/plain"), Arc::from(&b"aaaaaa"[..]))
+            .put(
+                &me(),
+                &header("a", 6, "text/plain"),
+                Arc::from(&b"aaaaaa"[..]),
+            )
             .unwrap();
         let b = store
-            .put(&header("b", 6, "text/plain"), Arc::from(&b"bbbbbb"[..]))
+            .put(
+                &me(),
+                &header("b", 6, "text/plain"),
+                Arc::from(&b"bbbbbb"[..]),
+            )
             .unwrap();
-        assert!(matches!(store.read(&a), Err(ReadError::Evicted { .. })));
-        assert!(store.read(&b).is_ok());
+        assert!(matches!(
+            store.read(&me(), &a),
+            Err(ReadError::Evicted { .. })
+        ));
+        assert!(store.read(&me(), &b).is_ok());
         // Larger than the whole store: not kept.
         assert!(store
-            .put(&header("c", 11, "text/plain"), Arc::from(&[0u8; 11][..]))
+            .put(
+                &me(),
+                &header("c", 11, "text/plain"),
+                Arc::from(&[0u8; 11][..])
+            )
             .is_none());
         for bad in [
             "file:///etc/shadow",
@@ -432,11 +521,14 @@ mod tests {
             "vivarium-artifact://x/notanumber/p",
         ] {
             assert!(
-                matches!(store.read(bad), Err(ReadError::NotAnArtifact { .. })),
+                matches!(store.read(&me(), bad), Err(ReadError::NotAnArtifact { .. })),
                 "{bad}"
             );
         }
         let never = format!("vivarium-artifact://{}/999/p", store.instance());
-        assert!(matches!(store.read(&never), Err(ReadError::Unknown { .. })));
+        assert!(matches!(
+            store.read(&me(), &never),
+            Err(ReadError::Unknown { .. })
+        ));
     }
 }

@@ -21,8 +21,10 @@ use vivarium_proto::{error_chain, ErrorCode, ProfileFeatures};
 use crate::artifacts::{self, Collected};
 use crate::cell::{self, CLOSE_TOOL_NAME, LIST_TOOL_NAME};
 use crate::limiter::{Admission, Limiter, Refusal, Ticket};
+use crate::principal::Principal;
 use crate::resources::ArtifactStore;
-use crate::session::Registry;
+use crate::session::SessionArg;
+use crate::tenants::{Tenant, Tenants};
 use crate::tool::{self, RunPythonArgs, TOOL_NAME};
 use crate::Config;
 
@@ -49,18 +51,30 @@ struct Inner {
     features: Mutex<Option<Vec<ProfileFeatures>>>,
     /// Becomes true when stdin reaches EOF: every running job is then killed.
     eof: watch::Receiver<bool>,
-    /// The sessions this instance knows (crate::session).
-    sessions: Registry,
+    /// How clients reach this instance, and so who a call is for.
+    transport: Transport,
+    /// Each principal's sessions and limits (crate::tenants).
+    tenants: Tenants,
     /// The artifacts its results returned, for `resources/read` (crate::resources).
     artifacts: Arc<ArtifactStore>,
 }
 
 impl VivariumServer {
-    /// A server for `config`, with the daemon's profiles if it answered at startup.
+    /// A stdio server for `config`, with the daemon's profiles if it answered at startup.
     pub fn new(
         config: Config,
         profiles: Option<Profiles>,
         eof: watch::Receiver<bool>,
+    ) -> VivariumServer {
+        VivariumServer::with_transport(config, profiles, eof, Transport::Stdio)
+    }
+
+    /// A server for `config` reached over `transport`.
+    pub fn with_transport(
+        config: Config,
+        profiles: Option<Profiles>,
+        eof: watch::Receiver<bool>,
+        transport: Transport,
     ) -> VivariumServer {
         let (profiles, features) = match profiles {
             Some((p, f)) => (Some(p), f),
@@ -77,7 +91,11 @@ impl VivariumServer {
                 profiles: Mutex::new(profiles),
                 features: Mutex::new(features),
                 eof,
-                sessions: Registry::new(),
+                tenants: Tenants::new(match &transport {
+                    Transport::Stdio => None,
+                    Transport::Http(http) => Some(http.limits),
+                }),
+                transport,
                 artifacts: Arc::new(ArtifactStore::new(
                     config.artifact_ttl,
                     config.artifact_store_bytes,
@@ -238,18 +256,23 @@ impl VivariumServer {
 
     async fn run(
         &self,
+        tenant: &Tenant,
         args: RunPythonArgs,
         context: &RequestContext<RoleServer>,
         progress: Option<Progress>,
     ) -> CallToolResult {
         match args.session() {
-            Some(session) => self.run_cell(args, session, context, progress).await,
-            None => self.run_job(args, context, progress).await,
+            Some(session) => {
+                self.run_cell(tenant, args, session, context, progress)
+                    .await
+            }
+            None => self.run_job(tenant, args, context, progress).await,
         }
     }
 
     async fn run_job(
         &self,
+        tenant: &Tenant,
         args: RunPythonArgs,
         context: &RequestContext<RoleServer>,
         mut progress: Option<Progress>,
@@ -356,11 +379,16 @@ impl VivariumServer {
             reason = tool::reason_name(outcome.reason),
             "job finished"
         );
+        crate::audit::note(|n| {
+            n.job_id = Some(outcome.job_id);
+            n.profile = Some(outcome.profile.clone());
+        });
         let packages = handle.packages().cloned();
         drop(handle);
         let prepared = artifacts::prepare(
             collected,
             self.inner.artifacts.clone(),
+            tenant.key.clone(),
             config.budgets.text_chars,
         )
         .await;
@@ -675,19 +703,32 @@ impl ServerHandler for VivariumServer {
     async fn list_resources(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
+        let principal = self.principal(&context)?;
         Ok(ListResourcesResult::with_all_items(
-            self.inner.artifacts.list(),
+            self.inner.artifacts.list(&principal.key),
         ))
     }
 
     async fn read_resource(
         &self,
         request: ReadResourceRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
-        match self.inner.artifacts.read(&request.uri) {
+        let principal = self.principal(&context)?;
+        let read = self.inner.artifacts.read(&principal.key, &request.uri);
+        if let Some(http) = self.http() {
+            let mut record = crate::audit::Record::by("resources/read", &principal);
+            record.peer = peer_of(&context);
+            record.detail = Some(request.uri.clone());
+            record.outcome = match &read {
+                Ok(_) => "ok".into(),
+                Err(e) => e.reason().into(),
+            };
+            http.audit.write(record);
+        }
+        match read {
             Ok(result) => Ok(result.into()),
             Err(e) => {
                 debug!(uri = %request.uri, reason = e.reason(), "resource not served");
@@ -743,16 +784,145 @@ impl ServerHandler for VivariumServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        let principal = self.principal(&context)?;
+        let tenant = self.inner.tenants.get(&principal.key);
+        let Some(http) = self.http() else {
+            return self
+                .call_tool_as(&principal, &tenant, request, context)
+                .await;
+        };
+        // Over HTTP every call is audited: who, what, how it ended.
+        let started = Instant::now();
+        let mut record = crate::audit::Record::by("tools/call", &principal);
+        record.tool = Some(request.name.to_string());
+        record.peer = peer_of(&context);
+        if http.audit.code {
+            record.code = request
+                .arguments
+                .as_ref()
+                .and_then(|a| a.get("code"))
+                .and_then(|c| c.as_str())
+                .map(str::to_string);
+        }
+        let (result, note) =
+            crate::audit::noting(self.call_tool_as(&principal, &tenant, request, context)).await;
+        record.job_id = note.job_id;
+        record.session = note.session;
+        record.profile = note.profile;
+        record.duration_ms = Some(started.elapsed().as_millis() as u64);
+        record.outcome = match &result {
+            Ok(CallToolResponse::Complete(r)) => outcome_of(r),
+            Ok(_) => "task".into(),
+            Err(e) => {
+                record.detail = Some(e.message.to_string());
+                "protocol_error".into()
+            }
+        };
+        http.audit.write(record);
+        result
+    }
+}
+
+/// The audit outcome of a tool result: its `reason`, else `tool_error` or `ok`.
+fn outcome_of(result: &CallToolResult) -> String {
+    let reason = result
+        .structured_content
+        .as_ref()
+        .and_then(|s| s.get("reason"))
+        .and_then(|r| r.as_str());
+    match (reason, result.is_error) {
+        (Some(reason), _) => reason.to_string(),
+        (None, Some(true)) => "tool_error".into(),
+        (None, _) => "ok".into(),
+    }
+}
+
+/// The peer address the HTTP layer recorded for this request.
+fn peer_of(context: &RequestContext<RoleServer>) -> Option<std::net::IpAddr> {
+    context
+        .extensions
+        .get::<http::request::Parts>()
+        .and_then(|p| p.extensions.get::<crate::http::RequestInfo>())
+        .and_then(|i| i.peer)
+}
+
+impl VivariumServer {
+    /// Who `context`'s request is for: the stdio client, or the principal the HTTP layer
+    /// authenticated (a request without one never reaches a tool: fail closed).
+    fn principal(&self, context: &RequestContext<RoleServer>) -> Result<Principal, ErrorData> {
+        match &self.inner.transport {
+            Transport::Stdio => Ok(Principal::local()),
+            Transport::Http(_) => context
+                .extensions
+                .get::<http::request::Parts>()
+                .and_then(|p| p.extensions.get::<Principal>())
+                .cloned()
+                .ok_or_else(|| {
+                    warn!("an HTTP request reached a handler without a principal; refused");
+                    ErrorData::internal_error("no authenticated principal", None)
+                }),
+        }
+    }
+
+    /// The stdio principal's state (tests).
+    #[cfg(test)]
+    pub(crate) fn local(&self) -> Arc<Tenant> {
+        self.inner.tenants.get(&Principal::local().key)
+    }
+
+    fn http(&self) -> Option<&HttpServing> {
+        match &self.inner.transport {
+            Transport::Stdio => None,
+            Transport::Http(http) => Some(http),
+        }
+    }
+
+    /// The scopes `principal` lacks for this call (none over stdio or without auth). The
+    /// HTTP layer refuses such a request with 403 before it gets here; this is the
+    /// handler's own check of the arguments as parsed.
+    fn missing_scopes(&self, principal: &Principal, needs: Needs) -> Vec<String> {
+        let Some(scopes) = self.http().and_then(|h| h.scopes.as_ref()) else {
+            return Vec::new();
+        };
+        needs
+            .scopes(scopes)
+            .into_iter()
+            .filter(|s| !principal.has_scope(s))
+            .collect()
+    }
+
+    async fn call_tool_as(
+        &self,
+        principal: &Principal,
+        tenant: &Tenant,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let insufficient = |missing: Vec<String>| {
+            self.tool_error(format!(
+                "insufficient scope: this call needs {} , which the access token does not grant",
+                missing.join(" ")
+            ))
+        };
+        if request.name == CLOSE_TOOL_NAME || request.name == LIST_TOOL_NAME {
+            let missing = self.missing_scopes(principal, Needs::sessions());
+            if !missing.is_empty() {
+                return Ok(insufficient(missing).into());
+            }
+        }
         if request.name == CLOSE_TOOL_NAME {
             return Ok(match cell::parse_close_args(request.arguments) {
-                Ok(session) => self.close(session).await,
+                Ok(session) => match self.handover_refusal(&session) {
+                    Some(refusal) => refusal,
+                    None => self.close(tenant, session).await,
+                },
                 Err(text) => self.tool_error(text),
             }
             .into());
         }
         if request.name == LIST_TOOL_NAME {
             return Ok(match cell::parse_list_args(request.arguments) {
-                Ok(()) => self.list().await,
+                Ok(()) => self.list(tenant).await,
                 Err(text) => self.tool_error(text),
             }
             .into());
@@ -771,7 +941,36 @@ impl ServerHandler for VivariumServer {
             Ok(args) => args,
             Err(text) => return Ok(self.tool_error(text).into()),
         };
+        let missing = self.missing_scopes(principal, Needs::of_run(&args));
+        if !missing.is_empty() {
+            return Ok(insufficient(missing).into());
+        }
+        if let Some(refusal) = args
+            .session()
+            .as_ref()
+            .and_then(|s| self.handover_refusal(s))
+        {
+            return Ok(refusal.into());
+        }
         let mut progress = Progress::for_request(&context);
+        // The principal's own limits first (HTTP), then the instance's.
+        let _tenant_permit = match &tenant.limiter {
+            None => None,
+            Some(limiter) => match limiter.admit(self.retry_after_s()) {
+                Ok(Admission::Run(permit)) => Some(permit),
+                Ok(Admission::Queued(ticket)) => {
+                    match self.wait_in_queue(ticket, &context, &mut progress).await {
+                        Ok(permit) => Some(permit),
+                        Err(result) => return Ok(result.into()),
+                    }
+                }
+                Err(refusal) => {
+                    return Ok(self
+                        .tool_error(format!("{refusal} (a limit of each client of this server)"))
+                        .into())
+                }
+            },
+        };
         let _permit = match self.inner.limiter.admit(self.retry_after_s()) {
             Ok(Admission::Run(permit)) => permit,
             Ok(Admission::Queued(ticket)) => {
@@ -782,8 +981,87 @@ impl ServerHandler for VivariumServer {
             }
             Err(refusal) => return Ok(self.tool_error(refusal.to_string()).into()),
         };
-        Ok(self.run(args, &context, progress).await.into())
+        Ok(self.run(tenant, args, &context, progress).await.into())
     }
+
+    /// Over HTTP a daemon handle (`vs_...`) is refused unless configured: every principal
+    /// shares this process's uid at the daemon, so a handle would let one use another's.
+    fn handover_refusal(&self, arg: &SessionArg) -> Option<CallToolResult> {
+        let http = self.http()?;
+        if http.allow_daemon_handles || !matches!(arg, SessionArg::Handover(_)) {
+            return None;
+        }
+        Some(
+            self.tool_error(
+                "daemon session handles (`vs_...`) are not accepted by this HTTP server: use a \
+             session_id this server returned (`mcp_...`), or `\"new\"`. Nothing ran."
+                    .into(),
+            ),
+        )
+    }
+}
+
+/// What a call needs its token to grant.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Needs {
+    pub run: bool,
+    pub sessions: bool,
+    pub packages: bool,
+}
+
+impl Needs {
+    pub fn sessions() -> Needs {
+        Needs {
+            sessions: true,
+            ..Needs::default()
+        }
+    }
+
+    /// `run_python` with these arguments.
+    pub fn of_run(args: &RunPythonArgs) -> Needs {
+        Needs {
+            run: true,
+            sessions: args.session_id.is_some(),
+            packages: args.packages.as_ref().is_some_and(|p| !p.is_empty()),
+        }
+    }
+
+    /// The scopes, in `scopes`' names (each once).
+    pub fn scopes(self, scopes: &crate::http::config::ScopeConfig) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for (needed, scope) in [
+            (self.run, &scopes.run),
+            (self.sessions, &scopes.sessions),
+            (self.packages, &scopes.packages),
+        ] {
+            if needed && !out.contains(scope) {
+                out.push(scope.clone());
+            }
+        }
+        out
+    }
+}
+
+/// How clients reach a server instance, and so who each call is for.
+#[derive(Clone)]
+pub enum Transport {
+    /// One local client on stdin/stdout: one principal, no scopes.
+    Stdio,
+    /// Streamable HTTP (crate::http): each request carries the principal the HTTP layer
+    /// authenticated.
+    Http(Arc<HttpServing>),
+}
+
+/// What the handlers need to know of an HTTP server.
+pub struct HttpServing {
+    /// The scopes enforced; `None` for `insecure_no_auth` (one anonymous principal).
+    pub scopes: Option<crate::http::config::ScopeConfig>,
+    /// Each principal's limits.
+    pub limits: crate::http::config::PrincipalLimits,
+    /// Whether `vs_...` daemon handles are accepted.
+    pub allow_daemon_handles: bool,
+    pub audit: crate::audit::Audit,
+    pub tasks: crate::http::config::TasksConfig,
 }
 
 /// Who this server is (`serverInfo`): name and version, and the title, description and

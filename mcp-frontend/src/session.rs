@@ -133,15 +133,34 @@ struct Entry {
     owned: bool,
 }
 
-/// The sessions of one server instance: alias -> daemon handle, in memory only.
-#[derive(Default)]
+/// The sessions of one principal of a server instance: alias -> daemon handle, in memory
+/// only.
 pub struct Registry {
     entries: Mutex<HashMap<String, Entry>>,
+    max_open: usize,
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Registry::with_max_open(MAX_OPEN)
+    }
 }
 
 impl Registry {
     pub fn new() -> Registry {
         Registry::default()
+    }
+
+    /// A registry that lets at most `max_open` of its sessions be open at once.
+    pub fn with_max_open(max_open: usize) -> Registry {
+        Registry {
+            entries: Mutex::new(HashMap::new()),
+            max_open,
+        }
+    }
+
+    pub fn max_open(&self) -> usize {
+        self.max_open
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
@@ -196,10 +215,11 @@ impl Registry {
             .filter(|e| e.owned && e.known.ended.is_none())
             .filter(|e| daemon_open.is_none_or(|d| d.contains(&e.known.handle)))
             .count();
-        if open >= MAX_OPEN {
+        if open >= self.max_open {
             return Err(format!(
-                "this server has {open} sessions open, which is all it keeps at once: close \
-                 one with `close_session` (or let one expire) before opening another"
+                "{open} sessions are open, which is all this server keeps at once for one \
+                 client: close one with `close_session` (or let one expire) before opening \
+                 another"
             ));
         }
         Ok(())

@@ -2,3 +2,13 @@
 //!
 //! - [`config`]: the configuration file, checked before anything listens.
 pub mod config;
+
+use std::net::IpAddr;
+
+/// What the HTTP layer learnt of a request, for the handlers (in its extensions, beside
+/// the [`crate::principal::Principal`]).
+#[derive(Debug, Clone, Default)]
+pub struct RequestInfo {
+    /// The client's address: the TCP peer, or the `X-Forwarded-For` of a trusted proxy.
+    pub peer: Option<IpAddr>,
+}

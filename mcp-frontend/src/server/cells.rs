@@ -13,7 +13,8 @@ use vivarium_proto::ErrorCode;
 
 use super::{job_error_text, last_line, Progress, VivariumServer};
 use crate::cell::{self, CellRun};
-use crate::session::{self, Resolved, SessionArg, Unusable};
+use crate::session::{self, Registry, Resolved, SessionArg, Unusable};
+use crate::tenants::Tenant;
 use crate::tool::{self, RunPythonArgs};
 
 /// How long closing this instance's sessions may take when its client goes away.
@@ -24,13 +25,14 @@ impl VivariumServer {
     /// `"new"`).
     pub(super) async fn run_cell(
         &self,
+        tenant: &Tenant,
         args: RunPythonArgs,
         arg: SessionArg,
         context: &RequestContext<RoleServer>,
         mut progress: Option<Progress>,
     ) -> CallToolResult {
         let config = &self.inner.config;
-        let sessions = &self.inner.sessions;
+        let sessions = &tenant.sessions;
         let target = match sessions.resolve(&arg) {
             Ok(target) => target,
             Err(unusable) => {
@@ -135,7 +137,7 @@ impl VivariumServer {
         let stdin = args.stdin.map(String::into_bytes);
         let mut running = match client.exec_cell(&cell, stdin.as_deref()).await {
             Ok(running) => running,
-            Err(e) => return self.tool_error(self.session_error_text(&id, opened, e)),
+            Err(e) => return self.tool_error(self.session_error_text(sessions, &id, opened, e)),
         };
         let interrupter = running.interrupter();
         let mut ticker = tokio::time::interval(config.progress_interval);
@@ -180,7 +182,7 @@ impl VivariumServer {
                          stopped or restarted); the cell's end was not reported. A call with \
                          session_id `{id}` says whether the session is still there"
                     )),
-                    Err(e) => return self.tool_error(self.session_error_text(&id, opened, e)),
+                    Err(e) => return self.tool_error(self.session_error_text(sessions, &id, opened, e)),
                 },
                 _ = ticker.tick(), if progress.is_some() => {
                     if let Some(p) = progress.as_mut() {
@@ -197,6 +199,7 @@ impl VivariumServer {
         let prepared = crate::artifacts::prepare(
             collected,
             self.inner.artifacts.clone(),
+            tenant.key.clone(),
             config.budgets.text_chars,
         )
         .await;
@@ -215,8 +218,8 @@ impl VivariumServer {
     }
 
     /// `close_session`: end the session `arg` names, and say how it ended.
-    pub(super) async fn close(&self, arg: SessionArg) -> CallToolResult {
-        let sessions = &self.inner.sessions;
+    pub(super) async fn close(&self, tenant: &Tenant, arg: SessionArg) -> CallToolResult {
+        let sessions = &tenant.sessions;
         let (id, handle) = match sessions.resolve(&arg) {
             Ok(Resolved::Existing { id, handle, .. }) => (id, handle),
             Ok(Resolved::New) => return self.tool_error("nothing to close: \"new\"".into()),
@@ -237,13 +240,13 @@ impl VivariumServer {
                 sessions.ended(&id, (*ended).clone());
                 cell::close_call_result(&id, &ended, false)
             }
-            Err(e) => self.tool_error(self.session_error_text(&id, false, e)),
+            Err(e) => self.tool_error(self.session_error_text(sessions, &id, false, e)),
         }
     }
 
     /// `list_sessions`: the open sessions this instance knows, as the daemon sees them.
-    pub(super) async fn list(&self) -> CallToolResult {
-        let known = self.inner.sessions.known_open();
+    pub(super) async fn list(&self, tenant: &Tenant) -> CallToolResult {
+        let known = tenant.sessions.known_open();
         if known.is_empty() {
             return cell::list_call_result(&[]);
         }
@@ -268,15 +271,31 @@ impl VivariumServer {
     /// Close the sessions this instance opened (its client has gone: nobody else knows
     /// their ids), within a second. Handed-over sessions are left alone.
     pub async fn close_owned_sessions(&self) {
-        let open = self.inner.sessions.owned_open();
+        let open: Vec<(
+            std::sync::Arc<Tenant>,
+            String,
+            vivarium_client::SessionHandle,
+        )> = self
+            .inner
+            .tenants
+            .all()
+            .into_iter()
+            .flat_map(|t| {
+                t.sessions
+                    .owned_open()
+                    .into_iter()
+                    .map(move |(id, h)| (t.clone(), id, h))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
         if open.is_empty() {
             return;
         }
         let close = async {
             let mut client = self.connect().await.ok()?;
-            for (id, handle) in &open {
+            for (tenant, id, handle) in &open {
                 match client.close_session(handle).await {
-                    Ok(ended) => self.inner.sessions.ended(id, ended),
+                    Ok(ended) => tenant.sessions.ended(id, ended),
                     Err(e) => debug!(session = %id, error = %e, "session not closed"),
                 }
             }
@@ -293,8 +312,13 @@ impl VivariumServer {
 
     /// The tool error for a session request the daemon refused, or one that failed.
     /// `opened`: this call opened the session, so its id must reach the model anyway.
-    fn session_error_text(&self, id: &str, opened: bool, e: ClientError) -> String {
-        let sessions = &self.inner.sessions;
+    fn session_error_text(
+        &self,
+        sessions: &Registry,
+        id: &str,
+        opened: bool,
+        e: ClientError,
+    ) -> String {
         let still_open = if opened {
             format!(
                 " The session `{id}` was opened and stays open: pass it as session_id to \
@@ -414,7 +438,7 @@ mod tests {
     #[test]
     fn an_expiry_from_the_daemon_is_remembered_and_typed() {
         let s = server();
-        let alias = s.inner.sessions.opened(handle(), "default".into());
+        let alias = s.local().sessions.opened(handle(), "default".into());
         let ended = SessionEnded {
             handle: handle(),
             reason: SessionEndReason::Lifetime,
@@ -425,8 +449,12 @@ mod tests {
             peak_memory_bytes: 1 << 20,
             age_ms: 3_600_000,
         };
-        let text =
-            s.session_error_text(&alias, false, ClientError::SessionExpired(Box::new(ended)));
+        let text = s.session_error_text(
+            &s.local().sessions,
+            &alias,
+            false,
+            ClientError::SessionExpired(Box::new(ended)),
+        );
         assert!(
             text.starts_with(&format!(
                 "session `{alias}` has expired: it ended because it reached the end of its lifetime"
@@ -436,37 +464,53 @@ mod tests {
         assert!(!text.contains("vs_"), "{text}");
         // The next call is answered here, the same way, without the daemon.
         let again = s
-            .inner
+            .local()
             .sessions
             .resolve(&SessionArg::Alias(alias.clone()))
             .unwrap_err();
         assert!(matches!(again, Unusable::Ended(..)), "{again:?}");
-        assert!(s.inner.sessions.owned_open().is_empty());
+        assert!(s.local().sessions.owned_open().is_empty());
     }
 
     #[test]
     fn refusals_about_a_session_say_what_to_do() {
         let s = server();
-        let alias = s.inner.sessions.opened(handle(), "default".into());
-        let busy = s.session_error_text(&alias, false, refused(ErrorCode::SessionBusy));
+        let alias = s.local().sessions.opened(handle(), "default".into());
+        let busy = s.session_error_text(
+            &s.local().sessions,
+            &alias,
+            false,
+            refused(ErrorCode::SessionBusy),
+        );
         assert!(
             busy.contains("one cell at a time") && busy.contains("Nothing ran"),
             "{busy}"
         );
         // A handed-over handle the daemon does not know for this uid.
-        let text = s.session_error_text(&handle().0, false, refused(ErrorCode::SessionNotFound));
+        let text = s.session_error_text(
+            &s.local().sessions,
+            &handle().0,
+            false,
+            refused(ErrorCode::SessionNotFound),
+        );
         assert!(
             text.starts_with("no such session `vs_") && text.contains("the daemon's words"),
             "{text}"
         );
         // An alias whose session the daemon lost: gone, and forgotten here.
-        let gone = s.session_error_text(&alias, false, refused(ErrorCode::SessionNotFound));
+        let gone = s.session_error_text(
+            &s.local().sessions,
+            &alias,
+            false,
+            refused(ErrorCode::SessionNotFound),
+        );
         assert!(
             gone.contains("is gone") && gone.contains("session_id: \"new\""),
             "{gone}"
         );
-        assert!(s.inner.sessions.get(&alias).is_none());
+        assert!(s.local().sessions.get(&alias).is_none());
         let old = s.session_error_text(
+            &s.local().sessions,
             "mcp_x",
             false,
             ClientError::SessionsUnsupported { version: 5 },
@@ -476,7 +520,12 @@ mod tests {
             "{old}"
         );
         // A session this call opened: its id reaches the model with any other failure.
-        let other = s.session_error_text("mcp_y", true, ClientError::Disconnected);
+        let other = s.session_error_text(
+            &s.local().sessions,
+            "mcp_y",
+            true,
+            ClientError::Disconnected,
+        );
         assert!(
             other.contains("`mcp_y` was opened and stays open"),
             "{other}"
