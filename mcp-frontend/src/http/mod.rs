@@ -1,7 +1,10 @@
 //! `vivarium-mcp --http`: MCP over Streamable HTTP as an OAuth 2.1 resource server.
 //!
 //! - [`config`]: the configuration file, checked before anything listens.
+//! - [`router`]: Host/Origin checks, the RFC 9728 metadata, bearer tokens and scopes in
+//!   front of rmcp's service.
 pub mod config;
+pub mod router;
 
 use std::net::IpAddr;
 
