@@ -20,7 +20,9 @@ Prints one JSON line on stdout:
      "token": {"header": ..., "claims": ...}}
 `steps` names the URLs of the 401, the resource-metadata, AS-metadata, registration,
 authorization and token requests as the SDK's HTTP client sent them (an httpx event hook);
-`token` is the access token's decoded JOSE header and claims (not verified here).
+`token` is the access token's decoded JOSE header and claims (not verified here);
+`authorize_request` and `token_request` are the parameters the SDK sent (less the state,
+code, PKCE challenge and verifier), e.g. the RFC 8707 `resource`.
 Exit 0 on success; on failure 1 with {"ok": false, "error": ...} on stdout and the cause on
 stderr.
 """
@@ -91,6 +93,7 @@ class HeadlessBrowser:
         self.login = login
         self.log = log
         self.send, self.receive = anyio.create_memory_object_stream[AuthorizationCodeResult](1)
+        self.authorize_params: dict[str, str] = {}
 
     def fill(self, form: dict) -> dict[str, str]:
         data: dict[str, str] = {}
@@ -107,6 +110,8 @@ class HeadlessBrowser:
 
     async def redirect_handler(self, authorization_url: str) -> None:
         self.log.append(f"authorize {authorization_url.split('?')[0]}")
+        query = parse_qs(urlparse(authorization_url).query)
+        self.authorize_params = {k: v[0] for k, v in query.items() if k not in ("state", "code_challenge")}
         async with httpx2.AsyncClient(follow_redirects=False, timeout=30) as ua:
             request = ua.build_request("GET", authorization_url)
             for _ in range(MAX_BROWSER_STEPS):
@@ -212,6 +217,8 @@ async def run(args: argparse.Namespace, out: dict) -> None:
             tok = provider.context.oauth_metadata.token_endpoint if provider.context.oauth_metadata else None
             if tok is not None and url == str(tok):
                 kind = "token"
+                form = parse_qs(request.content.decode())
+                out["token_request"] = {k: v[0] for k, v in form.items() if k not in ("code", "code_verifier")}
         if kind is not None:
             steps.setdefault(kind, []).append(f"{request.method} {url} -> {response.status_code}")
 
@@ -239,6 +246,8 @@ async def run(args: argparse.Namespace, out: dict) -> None:
     if storage.tokens is not None:
         out["token"] = decode_jwt(storage.tokens.access_token)
         out["token"]["scope"] = storage.tokens.scope
+        out["token"]["refresh_token"] = storage.tokens.refresh_token is not None
+    out["authorize_request"] = browser.authorize_params
     if provider.context.oauth_metadata is not None:
         out["issuer"] = str(provider.context.oauth_metadata.issuer)
     if provider.context.protected_resource_metadata is not None:

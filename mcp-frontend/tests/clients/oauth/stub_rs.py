@@ -14,13 +14,12 @@ JWT itself: signature against the issuer's JWKS (from its discovery document), `
 at+jwt, `iss`, `aud` = this resource, `exp`, and the required scopes. Its one tool,
 `run_python`, runs nothing: it answers a fixed "42\\n" for `print(6*7)` and an error
 otherwise. Prints `READY http://127.0.0.1:PORT/mcp` once listening; exits on SIGTERM or
-stdin EOF.
+stdin EOF (unless --no-stdin-watch).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import socket
 import sys
@@ -33,8 +32,15 @@ import uvicorn
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
+from pydantic import BaseModel
 
 log = logging.getLogger("stub_rs")
+
+
+class StubRun(BaseModel):
+    exit_code: int
+    stdout: str
+    stub: bool
 
 
 class JwksTokenVerifier:
@@ -94,8 +100,10 @@ def main() -> int:
     parser.add_argument("--issuer", required=True)
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--scopes", default="vivarium:run vivarium:sessions vivarium:packages")
+    parser.add_argument("--no-stdin-watch", action="store_true", help="do not exit on stdin EOF")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="stub_rs: %(message)s")
+    logging.getLogger("httpx2").setLevel(logging.WARNING)
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -122,10 +130,10 @@ def main() -> int:
     )
 
     @server.tool(name="run_python", description="HARNESS STUB: pretends to run Python")
-    def run_python(code: str) -> dict:
+    def run_python(code: str) -> StubRun:
         if code.strip() != "print(6*7)":
             raise ValueError("stub_rs only 'runs' print(6*7)")
-        return {"exit_code": 0, "stdout": "42\n", "stub": True}
+        return StubRun(exit_code=0, stdout="42\n", stub=True)
 
     app = server.streamable_http_app(host="127.0.0.1")
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
@@ -139,7 +147,8 @@ def main() -> int:
                 log.info("exiting (stdin EOF)")
                 uv.should_exit = True
 
-            tg.start_soon(watch_stdin)
+            if not args.no_stdin_watch:
+                tg.start_soon(watch_stdin)
             async def announce() -> None:
                 while not uv.started:
                     await anyio.sleep(0.02)
