@@ -174,6 +174,31 @@ def decode_jwt(token: str) -> dict:
     return {"header": part(parts[0]), "claims": part(parts[1])}
 
 
+def summarize(out: dict, storage: MemoryStorage, provider: OAuthClientProvider, browser: HeadlessBrowser) -> None:
+    """What the flow got as far as, for success and failure alike."""
+    if storage.client_info is not None:
+        out["client"] = {
+            # The SDK registers dynamically unless the AS advertises Client ID Metadata
+            # Documents and the client has an https metadata URL (not the case here).
+            "registration": "dynamic (RFC 7591)" if "registration" in out["steps"] else "client ID metadata document",
+            "client_id": storage.client_info.client_id,
+            "token_endpoint_auth_method": storage.client_info.token_endpoint_auth_method,
+        }
+    if storage.tokens is not None:
+        out["token"] = decode_jwt(storage.tokens.access_token)
+        out["token"]["scope"] = storage.tokens.scope
+        out["token"]["refresh_token"] = storage.tokens.refresh_token is not None
+    if browser.authorize_params:
+        out["authorize_request"] = browser.authorize_params
+    if provider.context.oauth_metadata is not None:
+        out["issuer"] = str(provider.context.oauth_metadata.issuer)
+    if provider.context.protected_resource_metadata is not None:
+        out["resource"] = str(provider.context.protected_resource_metadata.resource)
+    last = next((r for r in reversed(out["requests"]) if r["url"] == out["url"]), None)
+    if last is not None and last["status"] in (401, 403):
+        out["last_mcp_response"] = last
+
+
 async def run(args: argparse.Namespace, out: dict) -> None:
     requests: list[dict] = out["requests"]
     steps: dict[str, list[str]] = out["steps"]
@@ -222,36 +247,24 @@ async def run(args: argparse.Namespace, out: dict) -> None:
         if kind is not None:
             steps.setdefault(kind, []).append(f"{request.method} {url} -> {response.status_code}")
 
-    async with httpx2.AsyncClient(
-        auth=provider,
-        timeout=httpx2.Timeout(30, read=300),
-        event_hooks={"response": [on_response]},
-    ) as http:
-        async with streamable_http_client(args.url, http_client=http) as (read, write):
-            async with ClientSession(read, write) as session:
-                await session.initialize()
-                result = await session.call_tool("run_python", {"code": args.code})
+    try:
+        async with httpx2.AsyncClient(
+            auth=provider,
+            timeout=httpx2.Timeout(30, read=300),
+            event_hooks={"response": [on_response]},
+        ) as http:
+            async with streamable_http_client(args.url, http_client=http) as (read, write):
+                async with ClientSession(read, write) as session:
+                    await session.initialize()
+                    result = await session.call_tool("run_python", {"code": args.code})
+    finally:
+        summarize(out, storage, provider, browser)
     dumped = result.model_dump(by_alias=True, mode="json", exclude_none=True)
     out["result"] = {
         "structuredContent": dumped.get("structuredContent"),
         "text": "\n".join(c.get("text", "") for c in dumped.get("content", []) if c.get("type") == "text"),
         "isError": dumped.get("isError", False),
     }
-    if storage.client_info is not None:
-        out["client"] = {
-            "registration": "dynamic (RFC 7591)",
-            "client_id": storage.client_info.client_id,
-            "token_endpoint_auth_method": storage.client_info.token_endpoint_auth_method,
-        }
-    if storage.tokens is not None:
-        out["token"] = decode_jwt(storage.tokens.access_token)
-        out["token"]["scope"] = storage.tokens.scope
-        out["token"]["refresh_token"] = storage.tokens.refresh_token is not None
-    out["authorize_request"] = browser.authorize_params
-    if provider.context.oauth_metadata is not None:
-        out["issuer"] = str(provider.context.oauth_metadata.issuer)
-    if provider.context.protected_resource_metadata is not None:
-        out["resource"] = str(provider.context.protected_resource_metadata.resource)
     missing = [s for s in ("unauthorized", "resource_metadata", "as_metadata", "token") if s not in steps]
     if missing:
         raise RuntimeError(f"the OAuth flow skipped {missing}")
@@ -282,6 +295,10 @@ def main() -> int:
         while isinstance(leaf, BaseExceptionGroup) and leaf.exceptions:
             leaf = leaf.exceptions[0]
         out["error"] = f"{type(leaf).__name__}: {leaf}"
+        if "last_mcp_response" in out:
+            last = out["last_mcp_response"]
+            out["error"] += f" (the MCP endpoint last answered {last['status']}: {last.get('www_authenticate')})"
+        print(f"oauth_client.py: {out['error']}", file=sys.stderr)
         print(json.dumps(out), flush=True)
         return 1
     out["ok"] = True
