@@ -2,7 +2,7 @@
 // (panva's OpenID-certified implementation) on a loopback port, with
 //   - authorization code + PKCE (S256; required for every client),
 //   - dynamic client registration (RFC 7591, open: no initial access token),
-//   - resource indicators (RFC 8707): access tokens for a resource are JWTs (RFC 9068,
+//   - resource indicators (RFC 8707, `resource` required): access tokens are JWTs (RFC 9068,
 //     `typ: at+jwt`) with `aud` = the resource, `iss` = the issuer, `sub`, `exp`, `scope`,
 //     `client_id`, `jti`, signed RS256 (or ES256 with --alg ES256) by a key in /jwks,
 //   - OIDC discovery at /.well-known/openid-configuration, also served at the RFC 8414
@@ -117,9 +117,13 @@ const configuration = {
     introspection: { enabled: true },
     resourceIndicators: {
       enabled: true,
-      // A request without `resource` gets no access token for a resource server (an
-      // opaque userinfo token at most): clients must say which resource they want.
-      defaultResource: (_ctx, _client, oneOf) => oneOf,
+      // No default resource: an authorization request must name its resource (RFC 8707),
+      // as MCP clients do; one without is refused with invalid_target (otherwise it
+      // would get an opaque token for userinfo, carrying the scopes it asked for).
+      defaultResource(_ctx, _client, oneOf) {
+        if (oneOf) return oneOf;
+        throw new errors.InvalidTarget('a resource parameter is required');
+      },
       // The token request may omit `resource`: the one granted at authorization is used.
       useGrantedResource: () => true,
       getResourceServerInfo(_ctx, indicator) {
