@@ -3,8 +3,10 @@
 //! - [`config`]: the configuration file, checked before anything listens.
 //! - [`router`]: Host/Origin checks, the RFC 9728 metadata, bearer tokens and scopes in
 //!   front of rmcp's service.
+//! - [`token`]: the access-token validator (JWT with the issuer's JWKS, or introspection).
 pub mod config;
 pub mod router;
+pub mod token;
 
 use std::net::IpAddr;
 
