@@ -4,8 +4,15 @@
 //! - [`router`]: Host/Origin checks, the RFC 9728 metadata, bearer tokens and scopes in
 //!   front of rmcp's service.
 //! - [`token`]: the access-token validator (JWT with the issuer's JWKS, or introspection).
+//! - [`tls`]: the TLS server configuration from `[tls]`'s PEM files, reloaded on SIGHUP.
+//! - [`listen`]: the listener (TCP, TLS or a Unix socket) and the per-connection HTTP/1
+//!   and HTTP/2 serving, with header limits, connection bounds and graceful shutdown.
+//! - [`serve`]: all of it put together, until SIGTERM.
 pub mod config;
+pub mod listen;
 pub mod router;
+pub mod serve;
+pub mod tls;
 pub mod token;
 
 use std::net::IpAddr;
