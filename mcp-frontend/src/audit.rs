@@ -2,8 +2,8 @@
 //! resources/read, tasks) and per refused request (401/403/429...), saying who (the
 //! principal, its OAuth client, the peer address), what (tool, profile, session, job id)
 //! and how it ended, never the token, never the output, and the code only when
-//! configured. Written to a file (appended, created 0600) or to the log on stderr (target
-//! `audit`).
+//! configured. Written to a file (appended, created 0600) or to stderr, each line
+//! prefixed `audit: `, whatever the log filter.
 
 use std::cell::RefCell;
 use std::io::Write;
@@ -98,7 +98,12 @@ impl Audit {
                 }
             }
             None => {
-                tracing::info!(target: "audit", "{}", String::from_utf8_lossy(&line));
+                // Straight to stderr, whatever the log filter: an audit record is never
+                // filtered out.
+                let mut text = b"audit: ".to_vec();
+                text.extend_from_slice(&line);
+                text.push(b'\n');
+                let _ = std::io::stderr().lock().write_all(&text);
             }
         }
     }

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use clap::Parser;
 
-/// MCP server (stdio) with a `run_python` tool that runs code in the Vivarium sandbox.
+/// MCP server with a `run_python` tool that runs code in the Vivarium sandbox: on stdio
+/// (the default), or over Streamable HTTP as an OAuth 2.1 resource server (`--http`).
 #[derive(Debug, Parser)]
 #[command(name = "vivarium-mcp", version)]
 struct Args {
@@ -49,18 +50,30 @@ struct Args {
     /// MiB of artifacts kept for resources/read at most; past it the oldest are evicted.
     #[arg(long, default_value_t = vivarium_mcp::resources::DEFAULT_MAX_BYTES >> 20, env = "VIVARIUM_MCP_ARTIFACT_STORE_MIB", value_parser = clap::value_parser!(u64).range(0..=65_536))]
     artifact_store_mib: u64,
+    /// Serve MCP over Streamable HTTP on ADDR (HOST:PORT, or unix:/path) instead of stdio.
+    /// Authorization (an OAuth authorization server, scopes), TLS and limits come from
+    /// --http-config (docs/deployment.md); without an `[auth]` section the server refuses
+    /// to start unless the file sets `insecure_no_auth` on loopback or a Unix socket.
+    #[arg(long, value_name = "ADDR")]
+    http: Option<String>,
+    /// The HTTP frontend's configuration file (TOML; implies --http, with its `listen`).
+    #[arg(long, value_name = "FILE", env = "VIVARIUM_MCP_HTTP_CONFIG")]
+    http_config: Option<PathBuf>,
 }
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let args = Args::parse();
-    // stdout carries JSON-RPC only: every log line goes to stderr.
+    let http = args.http.is_some() || args.http_config.is_some();
+    // stdout carries JSON-RPC only: every log line goes to stderr. A service over HTTP
+    // says more by default.
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(false)
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("VIVARIUM_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+            tracing_subscriber::EnvFilter::try_from_env("VIVARIUM_LOG").unwrap_or_else(|_| {
+                tracing_subscriber::EnvFilter::new(if http { "info" } else { "warn" })
+            }),
         )
         .init();
     let config = vivarium_mcp::Config {
@@ -79,6 +92,25 @@ async fn main() -> std::process::ExitCode {
         artifact_ttl: Duration::from_secs(args.artifact_ttl),
         artifact_store_bytes: args.artifact_store_mib << 20,
     };
+    if http {
+        let http = match vivarium_mcp::http::config::HttpConfig::load(
+            args.http_config.as_deref(),
+            args.http.as_deref(),
+        ) {
+            Ok(http) => http,
+            Err(e) => {
+                eprintln!("vivarium-mcp: {}", vivarium_proto::error_chain(&e));
+                return std::process::ExitCode::from(2);
+            }
+        };
+        return match vivarium_mcp::http::serve::serve_http(config, http).await {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("vivarium-mcp: {}", vivarium_proto::error_chain(&e));
+                std::process::ExitCode::FAILURE
+            }
+        };
+    }
     match vivarium_mcp::serve_stdio(config).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

@@ -1060,7 +1060,7 @@ pub struct HttpServing {
     pub limits: crate::http::config::PrincipalLimits,
     /// Whether `vs_...` daemon handles are accepted.
     pub allow_daemon_handles: bool,
-    pub audit: crate::audit::Audit,
+    pub audit: Arc<crate::audit::Audit>,
     pub tasks: crate::http::config::TasksConfig,
 }
 

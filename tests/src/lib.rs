@@ -12,6 +12,7 @@
 #![forbid(unsafe_code)]
 
 mod daemon;
+pub mod http;
 mod leaks;
 mod raw;
 

@@ -16,7 +16,7 @@
 //! - anything else: 404.
 
 use std::future::Future;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -32,6 +32,7 @@ use http_body_util::BodyExt;
 use serde_json::{json, Value};
 
 use super::config::{HttpConfig, ScopeConfig};
+use super::listen::PeerAddr;
 use super::RequestInfo;
 use crate::audit::{Audit, Record};
 use crate::principal::Principal;
@@ -78,9 +79,22 @@ struct Guard {
     audit: Arc<Audit>,
 }
 
-/// The peer of a connection, put into each request's extensions by the listener.
-#[derive(Debug, Clone, Copy)]
-pub struct Peer(pub Option<SocketAddr>);
+impl Authenticator for super::token::TokenValidator {
+    fn authenticate<'a>(
+        &'a self,
+        token: &'a str,
+    ) -> Pin<Box<dyn Future<Output = Result<Principal, AuthFailure>> + Send + 'a>> {
+        Box::pin(async move {
+            self.validate(token).await.map_err(|e| {
+                if e.is_unavailable() {
+                    AuthFailure::Unavailable(e.to_string())
+                } else {
+                    AuthFailure::Invalid(e.description())
+                }
+            })
+        })
+    }
+}
 
 /// The router: guard, metadata, and `mcp` (rmcp's service) at the endpoint path.
 pub fn router<S>(config: &HttpConfig, access: Access, audit: Arc<Audit>, mcp: S) -> Router
@@ -184,10 +198,10 @@ struct Seen {
 impl Guard {
     /// The request as the client sent it: a trusted proxy's forwarded headers, else the
     /// connection's own. `Err` for a request that may not be served at all.
-    fn seen(&self, req: &Request) -> Result<Seen, Response> {
+    fn seen(&self, req: &Request) -> Result<Seen, (StatusCode, &'static str)> {
         let tcp_peer = req
             .extensions()
-            .get::<Peer>()
+            .get::<PeerAddr>()
             .and_then(|p| p.0)
             .map(|a| a.ip());
         let own_host = host_of(req);
@@ -204,7 +218,7 @@ impl Guard {
             None => true,
         };
         if !trusted {
-            return Err(plain(
+            return Err((
                 StatusCode::FORBIDDEN,
                 "requests are served only through the configured reverse proxy\n",
             ));
@@ -212,7 +226,7 @@ impl Guard {
         let headers = req.headers();
         if let Some(proto) = last_value(headers, "x-forwarded-proto") {
             if !proto.eq_ignore_ascii_case("https") {
-                return Err(plain(
+                return Err((
                     StatusCode::FORBIDDEN,
                     "HTTPS only: the proxy forwarded a plain HTTP request\n",
                 ));
@@ -245,7 +259,7 @@ impl Guard {
 
     fn origin_allowed(&self, origin: &str) -> bool {
         let origin = origin.trim_end_matches('/').to_ascii_lowercase();
-        self.allowed_origins.iter().any(|o| *o == origin)
+        self.allowed_origins.contains(&origin)
     }
 
     fn challenge(&self, error: Option<(&str, &str)>, scopes: &[String]) -> HeaderValue {
@@ -310,7 +324,10 @@ fn plain(status: StatusCode, text: &'static str) -> Response {
 /// Host, then Origin, then the proxy rules; HSTS on whatever is answered.
 async fn check_request(State(guard): State<Arc<Guard>>, mut req: Request, next: Next) -> Response {
     let mut response = match guard.seen(&req) {
-        Err(refusal) => refusal,
+        Err((status, text)) => {
+            guard.refuse(None, &format!("{} proxy", status.as_u16()), None);
+            plain(status, text)
+        }
         Ok(seen) => match seen.host.as_deref() {
             None => plain(StatusCode::BAD_REQUEST, "no Host header\n"),
             Some(host) if !guard.host_allowed(host) => {

@@ -121,7 +121,10 @@ async fn send(app: &Router, req: Request) -> (StatusCode, HeaderMap, Value) {
 
 fn with_peer(mut req: Request, ip: &str) -> Request {
     req.extensions_mut()
-        .insert(Peer(Some(SocketAddr::new(ip.parse().unwrap(), 40000))));
+        .insert(PeerAddr(Some(std::net::SocketAddr::new(
+            ip.parse().unwrap(),
+            40000,
+        ))));
     req
 }
 
