@@ -259,12 +259,26 @@ pub async fn post(
     body: &Value,
     headers: &[(&str, &str)],
 ) -> Answer {
+    post_as(client, url, token, body, Some("2025-06-18"), headers).await
+}
+
+/// [`post`] at protocol `version` (the `MCP-Protocol-Version` header; none for `None`).
+pub async fn post_as(
+    client: &reqwest::Client,
+    url: &str,
+    token: Option<&str>,
+    body: &Value,
+    version: Option<&str>,
+    headers: &[(&str, &str)],
+) -> Answer {
     let mut request = client
         .post(url)
         .header("content-type", "application/json")
         .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2025-06-18")
         .json(body);
+    if let Some(version) = version {
+        request = request.header("mcp-protocol-version", version);
+    }
     if let Some(t) = token {
         request = request.bearer_auth(t);
     }

@@ -523,3 +523,94 @@ fn tokenless_mode_is_refused_off_loopback() {
     .unwrap();
     assert!(ok.log().contains("WITHOUT AUTHORIZATION"), "{}", ok.log());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_revision_is_served_2026_07_28_statelessly() {
+    if !require_root() {
+        return;
+    }
+    let daemon = Daemon::start(DaemonOpts::default());
+    let issuer = Issuer::start().await;
+    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let resource = format!("http://{addr}/mcp");
+    let frontend = Frontend::start(&daemon, addr, &auth_config(&issuer, &resource, ""));
+    let client = plain_client();
+    let url = &frontend.url;
+    let token = issuer.token(&resource, "alice");
+    let meta = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "e2e", "version": "1"},
+    });
+    let v = Some("2026-07-28");
+    let discover = json!({"jsonrpc": "2.0", "id": 1, "method": "server/discover",
+                          "params": {"_meta": meta}});
+    let answer = post_as(
+        &client,
+        url,
+        Some(&token),
+        &discover,
+        v,
+        &[("mcp-method", "server/discover")],
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let text = answer.body["result"].to_string();
+    assert!(
+        text.contains("2026-07-28") && text.contains("2025-06-18"),
+        "{text}"
+    );
+    assert!(
+        text.contains("run_python") || text.contains("tools"),
+        "{text}"
+    );
+    // A stateless tools/call with the standard headers.
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                      "params": {"name": "run_python", "arguments": {"code": "print(6*7)"},
+                                 "_meta": meta}});
+    let answer = post_as(
+        &client,
+        url,
+        Some(&token),
+        &call,
+        v,
+        &[("mcp-method", "tools/call"), ("mcp-name", "run_python")],
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert!(result_text(&answer).contains("42"), "{}", answer.body);
+    // The header and _meta must agree.
+    let answer = post_as(
+        &client,
+        url,
+        Some(&token),
+        &call,
+        Some("2025-11-25"),
+        &[("mcp-method", "tools/call"), ("mcp-name", "run_python")],
+    )
+    .await;
+    assert_eq!(answer.status, 400, "{}", answer.body);
+    // An older client still initializes (2025-11-25) and calls without a session.
+    let init = rpc(
+        "initialize",
+        json!({"protocolVersion": "2025-11-25", "capabilities": {},
+                                         "clientInfo": {"name": "e2e", "version": "1"}}),
+    );
+    let answer = post_as(&client, url, Some(&token), &init, None, &[]).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert_eq!(
+        answer.body["result"]["protocolVersion"], "2025-11-25",
+        "{}",
+        answer.body
+    );
+    let answer = post_as(
+        &client,
+        url,
+        Some(&token),
+        &run_python(json!({"code": "print(6*7)"})),
+        Some("2025-11-25"),
+        &[],
+    )
+    .await;
+    assert!(result_text(&answer).contains("42"), "{}", answer.body);
+}
