@@ -439,6 +439,7 @@ pub fn list_tool() -> Tool {
         .expect("ListSessionsArgs has an object schema"))
     .clone();
     crate::tool::portable(&mut input, true);
+    input.insert("examples".into(), serde_json::json!([{}]));
     let mut output =
         (*rmcp::handler::server::common::schema_for_output::<ListSessionsResult>()).clone();
     crate::tool::portable(&mut output, false);
@@ -466,6 +467,10 @@ pub fn close_tool() -> Tool {
         .expect("CloseSessionArgs has an object schema"))
     .clone();
     crate::tool::portable(&mut input, true);
+    input.insert(
+        "examples".into(),
+        serde_json::json!([{"session_id": "mcp_0123456789abcdef0123456789abcdef"}]),
+    );
     let mut output =
         (*rmcp::handler::server::common::schema_for_output::<CloseSessionResult>()).clone();
     crate::tool::portable(&mut output, false);

@@ -494,6 +494,7 @@ pub fn tool(
             serde_json::json!([crate::session::NEW, "mcp_0123456789abcdef0123456789abcdef"]),
         );
     }
+    add_examples(&mut input);
     let mut output =
         (*rmcp::handler::server::common::schema_for_output::<RunPythonResult>()).clone();
     portable(&mut output, false);
@@ -763,6 +764,29 @@ fn python_version(
     versions
         .all(|v| v.as_deref() == Some(&first))
         .then_some(first)
+}
+
+/// Usage examples in the input schema (JSON Schema `examples`): whole argument objects at
+/// the root, and values for `code`. Registries and clients show them; each is a valid
+/// call.
+fn add_examples(input: &mut serde_json::Map<String, serde_json::Value>) {
+    input.insert(
+        "examples".into(),
+        serde_json::json!([
+            {"code": "print(6 * 7)"},
+            {"code": "import statistics; print(statistics.mean([2, 4, 9]))", "timeout_seconds": 10},
+            {"code": "x = 41", "session_id": crate::session::NEW},
+        ]),
+    );
+    if let Some(serde_json::Value::Object(code)) = input
+        .get_mut("properties")
+        .and_then(|props| props.get_mut("code"))
+    {
+        code.insert(
+            "examples".into(),
+            serde_json::json!(["print(6 * 7)", "import sys; print(sys.version)"]),
+        );
+    }
 }
 
 /// The tool description: what the sandbox allows, then short examples. `python`: the
@@ -1468,6 +1492,15 @@ mod tests {
         let props = &input["properties"];
         assert_eq!(props["stdin"]["type"], "string");
         assert!(props["stdin"].get("default").is_none(), "{props}");
+        // Usage examples: each a whole call that the server accepts.
+        let examples = input["examples"].as_array().expect("examples");
+        assert!(examples.len() >= 2);
+        for example in examples {
+            let args = example.as_object().unwrap().clone();
+            assert!(args.keys().all(|k| props.get(k).is_some()), "{example}");
+            assert!(parse_args(Some(args)).is_ok(), "{example}");
+        }
+        assert!(props["code"]["examples"].as_array().is_some_and(|e| !e.is_empty()));
         assert_eq!(props["packages"]["type"], "array");
         assert_eq!(props["packages"]["items"]["type"], "string");
         assert_eq!(props["packages"]["maxItems"], MAX_PACKAGES);

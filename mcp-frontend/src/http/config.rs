@@ -84,7 +84,8 @@ pub struct FileConfig {
     /// Default: the resource's origin only.
     #[serde(default)]
     pub allowed_origins: Vec<String>,
-    /// Origins that get CORS headers (browser clients); CORS is off unless set.
+    /// Origins that get CORS headers (browser clients); CORS is off unless set. Each is
+    /// also an allowed origin.
     #[serde(default)]
     pub cors_origins: Vec<String>,
     /// Largest request body, bytes (413 beyond).
@@ -452,11 +453,17 @@ impl HttpConfig {
         } else {
             file.allowed_hosts.clone()
         };
-        let allowed_origins = if file.allowed_origins.is_empty() {
+        let mut allowed_origins = if file.allowed_origins.is_empty() {
             vec![resource.origin().ascii_serialization()]
         } else {
             file.allowed_origins.clone()
         };
+        // A CORS origin is one whose requests are accepted.
+        for origin in &file.cors_origins {
+            if !allowed_origins.contains(origin) {
+                allowed_origins.push(origin.clone());
+            }
+        }
         if let Some(auth) = &file.auth {
             if auth.authorization_servers.is_empty() {
                 return invalid("`[auth] authorization_servers` lists none".into());
