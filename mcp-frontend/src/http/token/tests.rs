@@ -484,6 +484,28 @@ async fn concurrent_unknown_kids_share_one_fetch() {
 }
 
 #[tokio::test]
+async fn concurrent_validations_on_an_expired_cache_share_one_fetch() {
+    let (fake, key, validator) = setup().await;
+    let validator = Arc::new(validator);
+    let (open, gate) = tokio::sync::watch::channel(false);
+    *fake.state.jwks_gate.lock().unwrap() = Some(gate);
+    validator.clock().advance(301);
+    let token = sign(&key, &claims(&fake));
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let (validator, token) = (validator.clone(), token.clone());
+            tokio::spawn(async move { validator.validate(&token).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    open.send(true).unwrap();
+    for task in tasks {
+        task.await.unwrap().unwrap();
+    }
+    assert_eq!(fake.jwks_hits(), 2);
+}
+
+#[tokio::test]
 async fn an_expired_cache_that_cannot_be_refreshed_fails_closed() {
     let (fake, key, validator) = setup().await;
     let token = sign(&key, &claims(&fake));
