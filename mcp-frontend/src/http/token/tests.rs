@@ -853,3 +853,85 @@ async fn a_bare_origin_issuer_matches_either_spelling() {
         ]
     );
 }
+
+/// Serve `body` at every path over TLS with a certificate for `localhost` from a fresh CA;
+/// returns the port and the CA's PEM.
+async fn tls_server(body: String) -> (u16, String) {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+    let ca_key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = CertifiedIssuer::self_signed(ca_params, ca_key).unwrap();
+    let leaf_key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+    let leaf = CertificateParams::new(vec!["localhost".to_string()])
+        .unwrap()
+        .signed_by(&leaf_key, &ca)
+        .unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(
+        vec![leaf.der().clone()],
+        rustls::pki_types::PrivateKeyDer::Pkcs8(leaf_key.serialize_der().into()),
+    )
+    .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                return;
+            };
+            let (acceptor, body) = (acceptor.clone(), body.clone());
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let service = hyper::service::service_fn(move |_req| {
+                    let body = body.clone();
+                    async move {
+                        Ok::<_, std::convert::Infallible>(
+                            hyper::Response::builder()
+                                .header("content-type", "application/json")
+                                .body(http_body_util::Full::new(hyper::body::Bytes::from(body)))
+                                .unwrap(),
+                        )
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+                    .await;
+            });
+        }
+    });
+    (port, ca.pem())
+}
+
+#[tokio::test]
+async fn the_ca_file_is_trusted_for_fetches() {
+    let key = ec_key("k1");
+    let (port, ca_pem) = tls_server(json!({ "keys": [key.jwk] }).to_string()).await;
+    let fake = FakeAs::start().await;
+    let mut auth = fake.auth();
+    auth.jwks_uri = Some(Url::parse(&format!("https://localhost:{port}/jwks")).unwrap());
+    // A private CA: unknown to the web PKI roots.
+    let e = TokenValidator::new(&auth, &resource()).await.err().unwrap();
+    assert!(matches!(e, TokenSetupError::Jwks { .. }), "{e}");
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("ca.pem");
+    std::fs::write(&ca_file, ca_pem).unwrap();
+    auth.ca_file = Some(ca_file);
+    let validator = TokenValidator::new(&auth, &resource()).await.unwrap();
+    validator
+        .validate(&sign(&key, &claims(&fake)))
+        .await
+        .unwrap();
+    // A file without a certificate is an error, not an empty trust.
+    std::fs::write(auth.ca_file.as_ref().unwrap(), "not a certificate\n").unwrap();
+    let e = TokenValidator::new(&auth, &resource()).await.err().unwrap();
+    assert!(matches!(e, TokenSetupError::CaFile { .. }), "{e}");
+}
