@@ -244,6 +244,13 @@ async fn refused(validator: &TokenValidator, token: &str) -> TokenError {
     e
 }
 
+#[test]
+fn the_validator_is_shareable() {
+    fn shareable<T: Send + Sync + 'static>() {}
+    shareable::<TokenValidator>();
+    shareable::<TokenError>();
+}
+
 #[tokio::test]
 async fn a_valid_token_gives_its_principal_and_scopes() {
     let (fake, key, validator) = setup().await;
