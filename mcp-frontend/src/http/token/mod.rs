@@ -101,7 +101,7 @@ pub enum TokenError {
     Issuer,
     #[error("the token lacks the `{0}` claim")]
     MissingClaim(&'static str),
-    #[error("the token's `{0}` claim is invalid")]
+    #[error("the token's claim `{0}` is invalid")]
     InvalidClaim(String),
     #[error("the token is not active")]
     Inactive,
@@ -128,7 +128,8 @@ impl TokenError {
             TokenError::Audience => "token not issued for this resource".into(),
             TokenError::Issuer => "token from an unexpected issuer".into(),
             TokenError::MissingClaim(c) => format!("token lacks the {c} claim"),
-            // The claim's name comes from us (jsonwebtoken's or our fixed names).
+            // The claim's name comes from us (a fixed list), never from the token.
+            TokenError::InvalidClaim(c) if c.is_empty() => "invalid claim".into(),
             TokenError::InvalidClaim(c) => format!("invalid {c} claim"),
             TokenError::Inactive => "token not active".into(),
             TokenError::KeysUnavailable(_) => "authorization server keys unavailable".into(),
@@ -441,7 +442,7 @@ fn jwt_error(e: jsonwebtoken::errors::Error) -> TokenError {
         K::InvalidClaimFormat(c) => TokenError::InvalidClaim(
             match c.as_str() {
                 "exp" | "nbf" | "iss" | "aud" | "sub" => c.as_str(),
-                _ => "a",
+                _ => "",
             }
             .to_string(),
         ),

@@ -244,6 +244,13 @@ async fn refused(validator: &TokenValidator, token: &str) -> TokenError {
     e
 }
 
+#[test]
+fn the_validator_is_shareable() {
+    fn shareable<T: Send + Sync + 'static>() {}
+    shareable::<TokenValidator>();
+    shareable::<TokenError>();
+}
+
 #[tokio::test]
 async fn a_valid_token_gives_its_principal_and_scopes() {
     let (fake, key, validator) = setup().await;
@@ -479,6 +486,28 @@ async fn concurrent_unknown_kids_share_one_fetch() {
     for task in tasks {
         let e = task.await.unwrap().unwrap_err();
         assert!(matches!(e, TokenError::UnknownKey), "{e:?}");
+    }
+    assert_eq!(fake.jwks_hits(), 2);
+}
+
+#[tokio::test]
+async fn concurrent_validations_on_an_expired_cache_share_one_fetch() {
+    let (fake, key, validator) = setup().await;
+    let validator = Arc::new(validator);
+    let (open, gate) = tokio::sync::watch::channel(false);
+    *fake.state.jwks_gate.lock().unwrap() = Some(gate);
+    validator.clock().advance(301);
+    let token = sign(&key, &claims(&fake));
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let (validator, token) = (validator.clone(), token.clone());
+            tokio::spawn(async move { validator.validate(&token).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    open.send(true).unwrap();
+    for task in tasks {
+        task.await.unwrap().unwrap();
     }
     assert_eq!(fake.jwks_hits(), 2);
 }
@@ -830,4 +859,86 @@ async fn a_bare_origin_issuer_matches_either_spelling() {
             "https://as.example/t/1/.well-known/openid-configuration",
         ]
     );
+}
+
+/// Serve `body` at every path over TLS with a certificate for `localhost` from a fresh CA;
+/// returns the port and the CA's PEM.
+async fn tls_server(body: String) -> (u16, String) {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+    let ca_key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = CertifiedIssuer::self_signed(ca_params, ca_key).unwrap();
+    let leaf_key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+    let leaf = CertificateParams::new(vec!["localhost".to_string()])
+        .unwrap()
+        .signed_by(&leaf_key, &ca)
+        .unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(
+        vec![leaf.der().clone()],
+        rustls::pki_types::PrivateKeyDer::Pkcs8(leaf_key.serialize_der().into()),
+    )
+    .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                return;
+            };
+            let (acceptor, body) = (acceptor.clone(), body.clone());
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let service = hyper::service::service_fn(move |_req| {
+                    let body = body.clone();
+                    async move {
+                        Ok::<_, std::convert::Infallible>(
+                            hyper::Response::builder()
+                                .header("content-type", "application/json")
+                                .body(http_body_util::Full::new(hyper::body::Bytes::from(body)))
+                                .unwrap(),
+                        )
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+                    .await;
+            });
+        }
+    });
+    (port, ca.pem())
+}
+
+#[tokio::test]
+async fn the_ca_file_is_trusted_for_fetches() {
+    let key = ec_key("k1");
+    let (port, ca_pem) = tls_server(json!({ "keys": [key.jwk] }).to_string()).await;
+    let fake = FakeAs::start().await;
+    let mut auth = fake.auth();
+    auth.jwks_uri = Some(Url::parse(&format!("https://localhost:{port}/jwks")).unwrap());
+    // A private CA: unknown to the web PKI roots.
+    let e = TokenValidator::new(&auth, &resource()).await.err().unwrap();
+    assert!(matches!(e, TokenSetupError::Jwks { .. }), "{e}");
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("ca.pem");
+    std::fs::write(&ca_file, ca_pem).unwrap();
+    auth.ca_file = Some(ca_file);
+    let validator = TokenValidator::new(&auth, &resource()).await.unwrap();
+    validator
+        .validate(&sign(&key, &claims(&fake)))
+        .await
+        .unwrap();
+    // A file without a certificate is an error, not an empty trust.
+    std::fs::write(auth.ca_file.as_ref().unwrap(), "not a certificate\n").unwrap();
+    let e = TokenValidator::new(&auth, &resource()).await.err().unwrap();
+    assert!(matches!(e, TokenSetupError::CaFile { .. }), "{e}");
 }
