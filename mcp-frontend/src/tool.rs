@@ -1500,7 +1500,9 @@ mod tests {
             assert!(args.keys().all(|k| props.get(k).is_some()), "{example}");
             assert!(parse_args(Some(args)).is_ok(), "{example}");
         }
-        assert!(props["code"]["examples"].as_array().is_some_and(|e| !e.is_empty()));
+        assert!(props["code"]["examples"]
+            .as_array()
+            .is_some_and(|e| !e.is_empty()));
         assert_eq!(props["packages"]["type"], "array");
         assert_eq!(props["packages"]["items"]["type"], "string");
         assert_eq!(props["packages"]["maxItems"], MAX_PACKAGES);

@@ -194,6 +194,20 @@ async fn tokens_are_checked_and_no_bad_one_reaches_the_daemon() {
         assert_eq!(answer.status, 403, "{headers:?}");
     }
 
+    // A SIGHUP (systemctl reload) without TLS does not end the server.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(frontend.child.id() as i32),
+        nix::sys::signal::Signal::SIGHUP,
+    )
+    .unwrap();
+    let end = Instant::now() + Duration::from_secs(20);
+    while !frontend
+        .log()
+        .contains("SIGHUP: no TLS certificate to reload")
+    {
+        assert!(Instant::now() < end, "SIGHUP not noted\n{}", frontend.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let answer = post(
         &client,
         url,
@@ -489,6 +503,63 @@ async fn tls_with_hsts_and_no_plaintext() {
         "a plaintext answer on the TLS port: {plain:?}"
     );
     assert_eq!(listening_ports(frontend.child.id()), vec![port]);
+    // SIGHUP reloads the certificate for new connections: a new pair (another CA) in
+    // the same files, then only a client trusting the new CA gets in.
+    let renewed = tempfile::tempdir().unwrap();
+    let (new_cert, new_key, new_ca) = test_ca(renewed.path());
+    std::fs::copy(&new_cert, &cert).unwrap();
+    std::fs::copy(&new_key, &key).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(frontend.child.id() as i32),
+        nix::sys::signal::Signal::SIGHUP,
+    )
+    .unwrap();
+    let renewed_client = tls_client(&new_ca);
+    let end = Instant::now() + Duration::from_secs(20);
+    loop {
+        let metadata = renewed_client
+            .get(format!(
+                "https://localhost:{port}/.well-known/oauth-protected-resource"
+            ))
+            .send()
+            .await;
+        if metadata.is_ok_and(|r| r.status() == 200) {
+            break;
+        }
+        assert!(
+            Instant::now() < end,
+            "the renewed certificate is not served after SIGHUP\n{}",
+            frontend.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // A fresh client trusting only the old CA is refused now.
+    assert!(tls_client(&ca_pem).get(&resource).send().await.is_err());
+    // A broken file on reload keeps the serving pair.
+    std::fs::write(&cert, "not a certificate").unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(frontend.child.id() as i32),
+        nix::sys::signal::Signal::SIGHUP,
+    )
+    .unwrap();
+    let end = Instant::now() + Duration::from_secs(20);
+    while !frontend.log().contains("the previous one stays in use") {
+        assert!(
+            Instant::now() < end,
+            "no word of the failed reload\n{}",
+            frontend.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let answer = post(
+        &tls_client(&new_ca),
+        &resource,
+        Some(&token),
+        &run_python(json!({"code": "print(6*7)"})),
+        &[],
+    )
+    .await;
+    assert_eq!(answer.status, 200);
     let _ = frontend.addr;
 }
 

@@ -119,7 +119,19 @@ pub async fn serve_http(config: Config, http: HttpConfig) -> Result<(), HttpServ
 
     let mut terminate = signal(SignalKind::terminate()).map_err(HttpServeError::Signals)?;
     let mut interrupt = signal(SignalKind::interrupt()).map_err(HttpServeError::Signals)?;
-    let _reload = tls.clone().map(TlsReloader::spawn_sighup_reload);
+    // SIGHUP reloads the certificate; without TLS it is only noted (never the default
+    // action, which would end the process: `systemctl reload` sends it).
+    let _reload = match tls.clone() {
+        Some(tls) => tls.spawn_sighup_reload(),
+        None => {
+            let mut hangups = signal(SignalKind::hangup()).map_err(HttpServeError::Signals)?;
+            tokio::spawn(async move {
+                while hangups.recv().await.is_some() {
+                    info!("SIGHUP: no TLS certificate to reload");
+                }
+            })
+        }
+    };
     let refresher = server.clone();
     let _refresh = AbortOnDrop(tokio::spawn(async move {
         let mut ticker = tokio::time::interval(refresh_every);

@@ -421,18 +421,27 @@ async fn cors_is_off_unless_configured() {
             .header(header::HOST, "mcp.example")
             .header(header::ORIGIN, origin)
             .header("access-control-request-method", "POST")
-            .header("access-control-request-headers", "authorization, content-type")
+            .header(
+                "access-control-request-headers",
+                "authorization, content-type",
+            )
             .body(Body::empty())
             .unwrap()
     };
     let (off, _) = app(&config(TLS));
     let (_, headers, _) = send(&off, preflight("https://mcp.example")).await;
-    assert!(!headers.contains_key(header::ACCESS_CONTROL_ALLOW_ORIGIN), "{headers:?}");
+    assert!(
+        !headers.contains_key(header::ACCESS_CONTROL_ALLOW_ORIGIN),
+        "{headers:?}"
+    );
     let cfg = config(&format!("cors_origins = [\"https://app.example\"]\n{TLS}"));
     let (on, hits) = app(&cfg);
     let (status, headers, _) = send(&on, preflight("https://app.example")).await;
     assert!(status.is_success(), "{status}");
-    assert_eq!(headers[header::ACCESS_CONTROL_ALLOW_ORIGIN], "https://app.example");
+    assert_eq!(
+        headers[header::ACCESS_CONTROL_ALLOW_ORIGIN],
+        "https://app.example"
+    );
     assert!(headers[header::ACCESS_CONTROL_ALLOW_HEADERS]
         .to_str()
         .unwrap()
