@@ -685,3 +685,55 @@ async fn every_revision_is_served_2026_07_28_statelessly() {
     .await;
     assert!(result_text(&answer).contains("42"), "{}", answer.body);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_streams_over_http() {
+    if !require_root() {
+        return;
+    }
+    let daemon = Daemon::start(DaemonOpts::default());
+    let issuer = Issuer::start().await;
+    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let resource = format!("http://{addr}/mcp");
+    let frontend = Frontend::start(&daemon, addr, &auth_config(&issuer, &resource, ""));
+    let token = issuer.token(&resource, "alice");
+    let call = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+        "params": {"name": "run_python", "_meta": {"progressToken": "p-1"},
+                   "arguments": {"code": "import time\nprint('tick', flush=True)\ntime.sleep(2.5)\nprint('done')"}}});
+    let response = plain_client()
+        .post(&frontend.url)
+        .bearer_auth(&token)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-06-18")
+        .json(&call)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let content_type = response.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        content_type.starts_with("text/event-stream"),
+        "{content_type}"
+    );
+    let text = response.text().await.unwrap();
+    let messages: Vec<Value> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str(d.trim()).ok())
+        .collect();
+    let progress: Vec<&Value> = messages
+        .iter()
+        .filter(|m| m["method"] == "notifications/progress")
+        .collect();
+    assert!(!progress.is_empty(), "no progress in {text}");
+    assert!(progress
+        .iter()
+        .all(|p| p["params"]["progressToken"] == "p-1"));
+    let last = messages.last().unwrap();
+    assert_eq!(last["id"], 7, "{text}");
+    assert!(last["result"].to_string().contains("done"), "{text}");
+}
