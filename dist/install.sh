@@ -3,6 +3,9 @@
 #   sudo dist/install.sh            build, install and start
 #   sudo dist/install.sh --no-build install an already-built target/release/vivariumd
 #   dist/install.sh --user          install and start the per-user (rootless) units
+#   sudo dist/install.sh --with-mcp-http  also vivarium-mcp over HTTP: the binary, the
+#                                   vivarium-mcp user, /etc/vivarium/mcp-http.toml and
+#                                   vivarium-mcp-http.service (not enabled: edit first)
 # Environment: PREFIX (default /usr/local), SYSCONFDIR (default /etc),
 # UNITDIR (default /etc/systemd/system), PROFILES_SRC (default <repo>/profiles).
 set -euo pipefail
@@ -14,11 +17,13 @@ UNITDIR="${UNITDIR:-/etc/systemd/system}"
 PROFILES_SRC="${PROFILES_SRC:-$repo/profiles}"
 build=1
 mode=system
+mcp_http=0
 for arg in "$@"; do
   case "$arg" in
     --no-build) build=0 ;;
     --user) mode=user ;;
-    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    --with-mcp-http) mcp_http=1 ;;
+    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
     *) echo "install.sh: unknown argument $arg" >&2; exit 2 ;;
   esac
 done
@@ -56,6 +61,11 @@ build_zygote_init() {
       -C target-feature=+crt-static)
   fi
 }
+
+if [ "$mode" = user ] && [ "$mcp_http" = 1 ]; then
+  echo "install.sh: --with-mcp-http is a system service (not with --user)" >&2
+  exit 2
+fi
 
 if [ "$mode" = user ]; then
   # Per-user units: the daemon from ~/.cargo/bin, config in ~/.config/vivarium.
@@ -130,3 +140,29 @@ systemctl daemon-reload
 systemctl enable --now vivariumd.socket
 echo "vivariumd.socket is listening on /run/vivarium/vivariumd.sock."
 echo "add users to the vivarium group (usermod -aG vivarium NAME) to let them run jobs."
+
+# 6. Optional: vivarium-mcp over HTTP (docs/deployment.md, "MCP over HTTP"), as its own
+#    unprivileged user in the vivarium group. Installed, not started: the example config
+#    names mcp.example.com and needs your authorization server and certificate.
+if [ "$mcp_http" = 1 ]; then
+  if [ "$build" = 1 ]; then
+    cargo install --locked --root "$PREFIX" --path "$repo/mcp-frontend"
+  else
+    install -D -m 0755 "$repo/target/release/vivarium-mcp" "$PREFIX/bin/vivarium-mcp"
+  fi
+  getent group vivarium-mcp >/dev/null || groupadd --system vivarium-mcp
+  getent passwd vivarium-mcp >/dev/null ||
+    useradd --system --gid vivarium-mcp --no-create-home --home-dir /nonexistent \
+      --shell /usr/sbin/nologin vivarium-mcp
+  if [ ! -e "$SYSCONFDIR/vivarium/mcp-http.toml" ]; then
+    install -m 0640 -g vivarium-mcp "$repo/dist/mcp-http.toml" "$SYSCONFDIR/vivarium/mcp-http.toml"
+  fi
+  install -d -m 0750 -g vivarium-mcp "$SYSCONFDIR/vivarium/tls"
+  sed "s|/usr/local/bin/vivarium-mcp|$PREFIX/bin/vivarium-mcp|; s|/etc/vivarium|$SYSCONFDIR/vivarium|g" \
+    "$repo/dist/systemd/vivarium-mcp-http.service" > "$UNITDIR/vivarium-mcp-http.service"
+  chmod 0644 "$UNITDIR/vivarium-mcp-http.service"
+  systemctl daemon-reload
+  echo "installed vivarium-mcp-http.service (not enabled). Edit $SYSCONFDIR/vivarium/mcp-http.toml"
+  echo "(resource, [auth], [tls] files in $SYSCONFDIR/vivarium/tls/), then:"
+  echo "  systemctl enable --now vivarium-mcp-http.service"
+fi

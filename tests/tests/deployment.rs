@@ -469,21 +469,25 @@ fn shipped_systemd_units_verify() {
     }
     let daemon = bin("vivariumd");
     let daemon = daemon.to_str().unwrap();
+    let mcp = bin("vivarium-mcp");
+    let mcp = mcp.to_str().unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let units = workspace_dir().join("dist/systemd");
     let system = copy_units(
         &units,
         &tmp.path().join("system"),
-        "/usr/local/bin/vivariumd",
-        daemon,
+        &[
+            ("/usr/local/bin/vivariumd", daemon),
+            ("/usr/local/bin/vivarium-mcp", mcp),
+        ],
     );
-    assert_eq!(system.len(), 2, "{system:?}");
+    // vivariumd.service, vivariumd.socket and vivarium-mcp-http.service.
+    assert_eq!(system.len(), 3, "{system:?}");
     verify(&system, false, tmp.path());
     let user = copy_units(
         &units.join("user"),
         &tmp.path().join("user"),
-        "%h/.cargo/bin/vivariumd",
-        daemon,
+        &[("%h/.cargo/bin/vivariumd", daemon)],
     );
     assert_eq!(user.len(), 2, "{user:?}");
     verify(&user, true, tmp.path());
@@ -512,9 +516,9 @@ fn shipped_systemd_units_verify() {
     assert!(out.status.success(), "{}", describe_output(&out));
 }
 
-/// Copy the `.service` and `.socket` files of `from` into `to`, with `exec` replaced by
-/// `by` (the service must name `exec`).
-fn copy_units(from: &Path, to: &Path, exec: &str, by: &str) -> Vec<PathBuf> {
+/// Copy the `.service` and `.socket` files of `from` into `to`, with each `(exec, by)`
+/// of `execs` replaced (each service must name one of the `exec`s).
+fn copy_units(from: &Path, to: &Path, execs: &[(&str, &str)]) -> Vec<PathBuf> {
     std::fs::create_dir_all(to).unwrap();
     let mut copies = Vec::new();
     for entry in std::fs::read_dir(from).unwrap_or_else(|e| panic!("{}: {e}", from.display())) {
@@ -523,16 +527,19 @@ fn copy_units(from: &Path, to: &Path, exec: &str, by: &str) -> Vec<PathBuf> {
         if !(name.ends_with(".service") || name.ends_with(".socket")) {
             continue;
         }
-        let text = std::fs::read_to_string(&path).unwrap();
+        let mut text = std::fs::read_to_string(&path).unwrap();
         if name.ends_with(".service") {
             assert!(
-                text.contains(exec),
-                "{} should start {exec}",
+                execs.iter().any(|(exec, _)| text.contains(exec)),
+                "{} should start one of {execs:?}",
                 path.display()
             );
         }
+        for (exec, by) in execs {
+            text = text.replace(exec, by);
+        }
         let copy = to.join(&name);
-        std::fs::write(&copy, text.replace(exec, by)).unwrap();
+        std::fs::write(&copy, text).unwrap();
         copies.push(copy);
     }
     copies.sort();
