@@ -194,8 +194,10 @@ impl TaskStore {
                 error: to_object(&error),
             },
             Outcome::Cancelled => {
-                entry.task.status_message =
-                    Some("cancelled by tasks/cancel: the job was killed".into());
+                entry.task.status_message = Some(
+                    "cancelled by tasks/cancel: the job was killed (a session's cell interrupted)"
+                        .into(),
+                );
                 TaskPayload::Cancelled
             }
         };

@@ -97,7 +97,9 @@ impl VivariumServer {
                     record.session = note.session;
                     record.profile = note.profile;
                     record.duration_ms = Some(took.as_millis() as u64);
-                    if cancelled {
+                    // A run that succeeded before the cancel took hold keeps its result
+                    // (cancellation is cooperative); one cut short ends cancelled.
+                    if cancelled && result.is_error == Some(true) {
                         record.outcome = "cancelled".into();
                         Outcome::Cancelled
                     } else {
