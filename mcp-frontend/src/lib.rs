@@ -81,6 +81,7 @@ pub mod principal;
 pub mod resources;
 pub mod server;
 pub mod session;
+pub mod tasks;
 pub mod tenants;
 pub mod tool;
 

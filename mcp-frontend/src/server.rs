@@ -14,6 +14,7 @@ use rmcp::model::{
 use rmcp::service::{Peer, RequestContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 use vivarium_client::{Client, ClientError, Job, JobEvent, ProfileInfo, Stream};
 use vivarium_proto::{error_chain, ErrorCode, ProfileFeatures};
@@ -24,11 +25,13 @@ use crate::limiter::{Admission, Limiter, Refusal, Ticket};
 use crate::principal::Principal;
 use crate::resources::ArtifactStore;
 use crate::session::SessionArg;
+use crate::tasks::TaskStore;
 use crate::tenants::{Tenant, Tenants};
 use crate::tool::{self, RunPythonArgs, TOOL_NAME};
 use crate::Config;
 
 mod cells;
+mod tasks;
 
 /// The name this server announces to the daemon and to MCP clients.
 pub const SERVER_NAME: &str = "vivarium-mcp";
@@ -57,6 +60,25 @@ struct Inner {
     tenants: Tenants,
     /// The artifacts its results returned, for `resources/read` (crate::resources).
     artifacts: Arc<ArtifactStore>,
+    /// Each principal's tasks (HTTP only: over stdio every call is synchronous).
+    tasks: Option<Arc<TaskStore>>,
+}
+
+/// What a running call answers to: its cancellation, and the peer that hears of a changed
+/// tool list. A request's are its context's; a task's are its own token and no peer (the
+/// request that made it has ended).
+pub(crate) struct Call {
+    pub ct: CancellationToken,
+    pub peer: Option<Peer<RoleServer>>,
+}
+
+impl Call {
+    fn of(context: &RequestContext<RoleServer>) -> Call {
+        Call {
+            ct: context.ct.clone(),
+            peer: Some(context.peer.clone()),
+        }
+    }
 }
 
 impl VivariumServer {
@@ -95,6 +117,13 @@ impl VivariumServer {
                     Transport::Stdio => None,
                     Transport::Http(http) => Some(http.limits),
                 }),
+                tasks: match &transport {
+                    Transport::Stdio => None,
+                    Transport::Http(http) => Some(Arc::new(TaskStore::new(
+                        Duration::from_secs(http.tasks.result_ttl_seconds),
+                        http.limits.tasks,
+                    ))),
+                },
                 transport,
                 artifacts: Arc::new(ArtifactStore::new(
                     config.artifact_ttl,
@@ -192,7 +221,7 @@ impl VivariumServer {
     async fn wait_in_queue(
         &self,
         ticket: Ticket,
-        context: &RequestContext<RoleServer>,
+        call: &Call,
         progress: &mut Option<Progress>,
     ) -> Result<tokio::sync::OwnedSemaphorePermit, CallToolResult> {
         let config = &self.inner.config;
@@ -213,7 +242,7 @@ impl VivariumServer {
         loop {
             tokio::select! {
                 biased;
-                () = context.ct.cancelled() => {
+                () = call.ct.cancelled() => {
                     return Err(self.tool_error("cancelled while queued: nothing ran".into()));
                 }
                 () = crate::until_eof(&mut eof) => {
@@ -258,15 +287,12 @@ impl VivariumServer {
         &self,
         tenant: &Tenant,
         args: RunPythonArgs,
-        context: &RequestContext<RoleServer>,
+        call: &Call,
         progress: Option<Progress>,
     ) -> CallToolResult {
         match args.session() {
-            Some(session) => {
-                self.run_cell(tenant, args, session, context, progress)
-                    .await
-            }
-            None => self.run_job(tenant, args, context, progress).await,
+            Some(session) => self.run_cell(tenant, args, session, call, progress).await,
+            None => self.run_job(tenant, args, call, progress).await,
         }
     }
 
@@ -274,7 +300,7 @@ impl VivariumServer {
         &self,
         tenant: &Tenant,
         args: RunPythonArgs,
-        context: &RequestContext<RoleServer>,
+        call: &Call,
         mut progress: Option<Progress>,
     ) -> CallToolResult {
         let config = &self.inner.config;
@@ -307,7 +333,7 @@ impl VivariumServer {
                         ErrorCode::UnknownProfile | ErrorCode::ProfileDisabled
                     ) {
                         // Our list may be stale (a reload): refresh it, and name what is there.
-                        self.refresh_profiles(Some(&context.peer)).await;
+                        self.refresh_profiles(call.peer.as_ref()).await;
                         let names = self.usable_profile_names();
                         return self.tool_error(format!(
                             "{} Profiles now: {}.",
@@ -332,7 +358,7 @@ impl VivariumServer {
         let outcome = loop {
             tokio::select! {
                 biased;
-                () = context.ct.cancelled() => {
+                () = call.ct.cancelled() => {
                     // Cancel, then close the connection: either alone kills the job.
                     let _ = tokio::time::timeout(Duration::from_millis(200), canceller.cancel()).await;
                     drop(handle);
@@ -668,13 +694,23 @@ pub async fn load_profiles(
 
 impl ServerHandler for VivariumServer {
     fn get_info(&self) -> ServerConfig {
-        let mut info = ServerConfig::new(
-            ServerCapabilities::builder()
-                .enable_tools()
-                .enable_tool_list_changed()
-                .enable_resources()
-                .build(),
-        );
+        let mut capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_tool_list_changed()
+            .enable_resources()
+            .build();
+        if self.inner.tasks.is_some() {
+            // SEP-2663 (HTTP only): long or asked-for run_python calls become tasks for a
+            // client that declares the extension on the request.
+            capabilities
+                .extensions
+                .get_or_insert_with(Default::default)
+                .insert(
+                    rmcp::model::TASKS_EXTENSION_ID.to_string(),
+                    rmcp::model::JsonObject::new(),
+                );
+        }
+        let mut info = ServerConfig::new(capabilities);
         info.server_info = server_info();
         info.instructions = Some(
             "Use run_python to execute Python code in an isolated, disposable sandbox (no \
@@ -735,6 +771,30 @@ impl ServerHandler for VivariumServer {
                 Err(e.to_error_data())
             }
         }
+    }
+
+    async fn get_task(
+        &self,
+        request: rmcp::model::GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::GetTaskResult, ErrorData> {
+        self.get_task_as(request, context).await
+    }
+
+    async fn cancel_task(
+        &self,
+        request: rmcp::model::CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.cancel_task_as(request, context).await
+    }
+
+    async fn update_task(
+        &self,
+        request: rmcp::model::UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.update_task_as(request, context).await
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
@@ -812,7 +872,11 @@ impl ServerHandler for VivariumServer {
         record.duration_ms = Some(started.elapsed().as_millis() as u64);
         record.outcome = match &result {
             Ok(CallToolResponse::Complete(r)) => outcome_of(r),
-            Ok(_) => "task".into(),
+            Ok(CallToolResponse::Task(t)) => {
+                record.task = Some(t.task.task_id.clone());
+                "task".into()
+            }
+            Ok(_) => "input_required".into(),
             Err(e) => {
                 record.detail = Some(e.message.to_string());
                 "protocol_error".into()
@@ -894,7 +958,7 @@ impl VivariumServer {
     async fn call_tool_as(
         &self,
         principal: &Principal,
-        tenant: &Tenant,
+        tenant: &Arc<Tenant>,
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
@@ -952,18 +1016,12 @@ impl VivariumServer {
         {
             return Ok(refusal.into());
         }
-        let mut progress = Progress::for_request(&context);
-        // The principal's own limits first (HTTP), then the instance's.
-        let _tenant_permit = match &tenant.limiter {
+        // The principal's own limits first (HTTP), then the instance's; a refusal by the
+        // principal's answers at once, task or not.
+        let admitted = match &tenant.limiter {
             None => None,
             Some(limiter) => match limiter.admit(self.retry_after_s()) {
-                Ok(Admission::Run(permit)) => Some(permit),
-                Ok(Admission::Queued(ticket)) => {
-                    match self.wait_in_queue(ticket, &context, &mut progress).await {
-                        Ok(permit) => Some(permit),
-                        Err(result) => return Ok(result.into()),
-                    }
-                }
+                Ok(admission) => Some(admission),
                 Err(refusal) => {
                     return Ok(self
                         .tool_error(format!("{refusal} (a limit of each client of this server)"))
@@ -971,17 +1029,46 @@ impl VivariumServer {
                 }
             },
         };
+        if self.wants_task(&context, &args) {
+            return Ok(self.start_task(principal, tenant.clone(), admitted, args));
+        }
+        let progress = Progress::for_request(&context);
+        Ok(self
+            .admit_and_run(tenant, admitted, args, &Call::of(&context), progress)
+            .await
+            .into())
+    }
+
+    /// Wait for the principal's place (`admitted`), then the instance's, then run.
+    async fn admit_and_run(
+        &self,
+        tenant: &Tenant,
+        admitted: Option<Admission>,
+        args: RunPythonArgs,
+        call: &Call,
+        mut progress: Option<Progress>,
+    ) -> CallToolResult {
+        let _tenant_permit = match admitted {
+            None => None,
+            Some(Admission::Run(permit)) => Some(permit),
+            Some(Admission::Queued(ticket)) => {
+                match self.wait_in_queue(ticket, call, &mut progress).await {
+                    Ok(permit) => Some(permit),
+                    Err(result) => return result,
+                }
+            }
+        };
         let _permit = match self.inner.limiter.admit(self.retry_after_s()) {
             Ok(Admission::Run(permit)) => permit,
             Ok(Admission::Queued(ticket)) => {
-                match self.wait_in_queue(ticket, &context, &mut progress).await {
+                match self.wait_in_queue(ticket, call, &mut progress).await {
                     Ok(permit) => permit,
-                    Err(result) => return Ok(result.into()),
+                    Err(result) => return result,
                 }
             }
-            Err(refusal) => return Ok(self.tool_error(refusal.to_string()).into()),
+            Err(refusal) => return self.tool_error(refusal.to_string()),
         };
-        Ok(self.run(tenant, args, &context, progress).await.into())
+        self.run(tenant, args, call, progress).await
     }
 
     /// Over HTTP a daemon handle (`vs_...`) is refused unless configured: every principal

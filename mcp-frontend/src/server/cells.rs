@@ -5,8 +5,6 @@
 use std::time::Duration;
 
 use rmcp::model::CallToolResult;
-use rmcp::service::RequestContext;
-use rmcp::RoleServer;
 use tracing::{debug, info, warn};
 use vivarium_client::{Cell, CellEvent, CellStatus, ClientError, SessionSpec, Stream};
 use vivarium_proto::ErrorCode;
@@ -28,7 +26,7 @@ impl VivariumServer {
         tenant: &Tenant,
         args: RunPythonArgs,
         arg: SessionArg,
-        context: &RequestContext<RoleServer>,
+        call: &super::Call,
         mut progress: Option<Progress>,
     ) -> CallToolResult {
         let config = &self.inner.config;
@@ -86,7 +84,7 @@ impl VivariumServer {
                 let mut eof = self.inner.eof.clone();
                 let opened = tokio::select! {
                     biased;
-                    () = context.ct.cancelled() => {
+                    () = call.ct.cancelled() => {
                         return self.tool_error("cancelled while the session was opening: no cell ran".into());
                     }
                     () = crate::until_eof(&mut eof) => {
@@ -151,7 +149,7 @@ impl VivariumServer {
         let outcome = loop {
             tokio::select! {
                 biased;
-                () = context.ct.cancelled() => {
+                () = call.ct.cancelled() => {
                     // Interrupt, then close the connection: either alone interrupts the
                     // cell; the session lives on.
                     let _ = tokio::time::timeout(Duration::from_millis(200), interrupter.cancel()).await;
