@@ -37,7 +37,7 @@ fn sdk_python() -> Option<PathBuf> {
                 .join("mcp-venv/bin/python")
         });
     Command::new(&python)
-        .args(["-c", "import mcp, httpx"])
+        .args(["-c", "import mcp, mcp.client.auth"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
