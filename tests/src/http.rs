@@ -145,6 +145,27 @@ impl Frontend {
     }
 
     pub fn try_start(socket: &Path, addr: SocketAddr, config: &str) -> Result<Frontend, String> {
+        Frontend::try_start_with_args(socket, addr, config, &[])
+    }
+
+    /// [`Frontend::start`] with extra command-line arguments (e.g. the instance-wide
+    /// `--max-calls-per-minute 0`).
+    pub fn start_with_args(
+        daemon: &Daemon,
+        addr: SocketAddr,
+        config: &str,
+        args: &[&str],
+    ) -> Frontend {
+        Frontend::try_start_with_args(daemon.socket(), addr, config, args)
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    pub fn try_start_with_args(
+        socket: &Path,
+        addr: SocketAddr,
+        config: &str,
+        args: &[&str],
+    ) -> Result<Frontend, String> {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("mcp-http.toml");
         let audit = dir.path().join("audit.jsonl");
@@ -158,6 +179,7 @@ impl Frontend {
             .arg(socket)
             .arg("--http-config")
             .arg(&path)
+            .args(args)
             .env("VIVARIUM_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
