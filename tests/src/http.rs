@@ -317,18 +317,9 @@ pub async fn post_as(
     };
     let challenge = header("www-authenticate");
     let hsts = header("strict-transport-security");
-    let is_sse = header("content-type").is_some_and(|c| c.starts_with("text/event-stream"));
+    let content_type = header("content-type");
     let text = response.text().await.unwrap_or_default();
-    let body = if is_sse {
-        // The last `data:` line is the response.
-        text.lines()
-            .filter_map(|l| l.strip_prefix("data:"))
-            .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
-            .rfind(|v| v.get("id").is_some())
-            .unwrap_or(Value::Null)
-    } else {
-        serde_json::from_str(&text).unwrap_or(Value::String(text))
-    };
+    let body = response_message(text, content_type.as_deref());
     Answer {
         status,
         challenge,
@@ -337,17 +328,34 @@ pub async fn post_as(
     }
 }
 
+/// The JSON-RPC response in the body of an MCP HTTP answer: the JSON itself, or, for an
+/// event stream, its last `data:` message with an `id` (progress notifications come
+/// before it). A body that is not JSON is kept as a string.
+pub fn response_message(text: String, content_type: Option<&str>) -> Value {
+    if content_type.is_some_and(|c| c.starts_with("text/event-stream")) {
+        text.lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+            .rfind(|v| v.get("id").is_some())
+            .unwrap_or(Value::Null)
+    } else {
+        serde_json::from_str(&text).unwrap_or(Value::String(text))
+    }
+}
+
+/// The text blocks of a tool result (`result`), joined; `None` without content.
+pub fn content_text(result: &Value) -> Option<String> {
+    result["content"].as_array().map(|c| {
+        c.iter()
+            .filter_map(|b| b["text"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
+    })
+}
+
 /// The text of a tool result.
 pub fn result_text(answer: &Answer) -> String {
-    answer.body["result"]["content"]
-        .as_array()
-        .map(|c| {
-            c.iter()
-                .filter_map(|b| b["text"].as_str())
-                .collect::<Vec<_>>()
-                .join("\n")
-        })
-        .unwrap_or_else(|| answer.body.to_string())
+    content_text(&answer.body["result"]).unwrap_or_else(|| answer.body.to_string())
 }
 
 pub fn last_job_id(frontend: &Frontend) -> u64 {

@@ -90,11 +90,11 @@ async fn call(client: &reqwest::Client, url: &str, token: &str, body: &Value) ->
         Ok(Ok(r)) => r,
     };
     let status = response.status().as_u16();
-    let is_sse = response
+    let content_type = response
         .headers()
         .get("content-type")
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|c| c.starts_with("text/event-stream"));
+        .map(str::to_string);
     let text = match tokio::time::timeout(CALL_LIMIT, response.text()).await {
         Err(_) => return Outcome::Wrong("the body never ended (hang)".into()),
         Ok(Err(e)) => return Outcome::Wrong(format!("transport error reading the body: {e}")),
@@ -103,15 +103,7 @@ async fn call(client: &reqwest::Client, url: &str, token: &str, body: &Value) ->
     if status != 200 {
         return Outcome::Wrong(format!("HTTP {status}: {text}"));
     }
-    let body: Value = if is_sse {
-        text.lines()
-            .filter_map(|l| l.strip_prefix("data:"))
-            .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
-            .rfind(|v| v.get("id").is_some())
-            .unwrap_or(Value::Null)
-    } else {
-        serde_json::from_str(&text).unwrap_or(Value::String(text))
-    };
+    let body = response_message(text, content_type.as_deref());
     let result = &body["result"];
     if result.is_null() {
         return Outcome::Wrong(format!("not a result: {body}"));

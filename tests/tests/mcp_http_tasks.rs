@@ -83,21 +83,13 @@ async fn call(
     }
     let response = request.send().await.expect("the request is answered");
     let status = response.status().as_u16();
-    let is_sse = response
+    let content_type = response
         .headers()
         .get("content-type")
         .and_then(|c| c.to_str().ok())
-        .is_some_and(|c| c.starts_with("text/event-stream"));
+        .map(str::to_string);
     let text = response.text().await.unwrap_or_default();
-    let value = if is_sse {
-        text.lines()
-            .filter_map(|l| l.strip_prefix("data:"))
-            .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
-            .rfind(|v| v.get("id").is_some())
-            .unwrap_or(Value::Null)
-    } else {
-        serde_json::from_str(&text).unwrap_or(Value::String(text))
-    };
+    let value = response_message(text, content_type.as_deref());
     assert!(
         status == 200 || value.get("error").is_some(),
         "{method}: HTTP {status}: {value}"
@@ -114,15 +106,7 @@ fn run(code: &str, extra: Value) -> Value {
 }
 
 fn text_of(result: &Value) -> String {
-    result["content"]
-        .as_array()
-        .map(|c| {
-            c.iter()
-                .filter_map(|b| b["text"].as_str())
-                .collect::<Vec<_>>()
-                .join("\n")
-        })
-        .unwrap_or_else(|| result.to_string())
+    content_text(result).unwrap_or_else(|| result.to_string())
 }
 
 /// Poll `tasks/get` until the task's status is `want` (or terminal), within `bound`.
