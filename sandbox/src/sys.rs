@@ -876,3 +876,14 @@ mod tests {
         drop(r);
     }
 }
+
+/// One of the standard fds (0, 1 or 2), borrowed. Only for a process whose standard
+/// fds stay open for its whole life, as a job's payload's do (they are the job's stdio).
+pub fn stdio(fd: RawFd) -> BorrowedFd<'static> {
+    assert!((0..=2).contains(&fd), "fd {fd} is not a standard one");
+    // SAFETY: the caller's standard fds are open for the rest of the process (above).
+    #[allow(unsafe_code)]
+    unsafe {
+        BorrowedFd::borrow_raw(fd)
+    }
+}

@@ -68,7 +68,8 @@ def _vivarium_zygote_main():
 
 def _vivarium_zygote_payload(after_child, added):
     # The job's payload: the library has forked the job's init, init has forked this
-    # process, and every layer is in place.
+    # process, every layer is in place, the daemon has been told so, and the job has
+    # come on stdin.
     try:
         after_child()
         for var in added:
@@ -79,7 +80,8 @@ def _vivarium_zygote_payload(after_child, added):
         if np_random is not None:
             np_random.seed()
         del added, np_random
-        os.write(2, b"\0")
+        # (The ready byte was written, and the job waited for, before the library
+        # returned: zygote.rs, ready_then_wait_for_job.)
         _vivarium_run()
     except BaseException:
         pass
