@@ -250,13 +250,8 @@ fn answer(ctl: BorrowedFd<'_>, result: std::io::Result<BorrowedFd<'_>>) {
 fn ready_then_wait_for_job() {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     let (stdin, stderr) = (sys::stdio(0), sys::stdio(2));
-    loop {
-        match nix::unistd::write(stderr, b"\0") {
-            Err(nix::errno::Errno::EINTR) => continue,
-            // No daemon to tell: the bootstrap finds stdin closed and exits.
-            _ => break,
-        }
-    }
+    // (Any other error: no daemon to tell; the bootstrap then finds stdin closed.)
+    while let Err(nix::errno::Errno::EINTR) = nix::unistd::write(stderr, b"\0") {}
     let mut fds = [PollFd::new(stdin, PollFlags::POLLIN)];
     // POLLIN, or POLLHUP/POLLERR (always reported): either way the bootstrap reads next.
     while let Err(nix::errno::Errno::EINTR) = poll(&mut fds, PollTimeout::NONE) {}
