@@ -401,6 +401,11 @@ pub const WARM_BOOTSTRAP: &str = concat!(
     "'''\n",
     include_str!("warm_bootstrap.py")
 );
+/// A cold-built warm sandbox's `-c` program when the daemon has compiled
+/// [`WARM_BOOTSTRAP`] ahead for its interpreter: it reads that code object first on
+/// stdin (`u32` length, the magic number, `marshal`), checks the magic number and runs
+/// it (`warm_loader.py`).
+pub const WARM_LOADER: &str = include_str!("warm_loader.py");
 /// A cold job's `-c` program, followed by [`SCRIPT_PATH`] and the job's arguments: the
 /// figures hook, then the script run as `python3 <flags> /work/main.py` runs it
 /// (`cold_stub.py`).

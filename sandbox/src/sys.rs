@@ -781,6 +781,17 @@ pub fn recv_with_up_to<const N: usize>(
     Ok((msg.bytes, fds))
 }
 
+/// One of the standard fds (0, 1 or 2), borrowed. Only for a process whose standard
+/// fds stay open for its whole life, as a job's payload's do (they are the job's stdio).
+pub fn stdio(fd: RawFd) -> BorrowedFd<'static> {
+    assert!((0..=2).contains(&fd), "fd {fd} is not a standard one");
+    // SAFETY: the caller's standard fds are open for the rest of the process (above).
+    #[allow(unsafe_code)]
+    unsafe {
+        BorrowedFd::borrow_raw(fd)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -874,16 +885,5 @@ mod tests {
             nix::sys::wait::WaitStatus::Exited(nix::unistd::Pid::from_raw(pid), 3)
         );
         drop(r);
-    }
-}
-
-/// One of the standard fds (0, 1 or 2), borrowed. Only for a process whose standard
-/// fds stay open for its whole life, as a job's payload's do (they are the job's stdio).
-pub fn stdio(fd: RawFd) -> BorrowedFd<'static> {
-    assert!((0..=2).contains(&fd), "fd {fd} is not a standard one");
-    // SAFETY: the caller's standard fds are open for the rest of the process (above).
-    #[allow(unsafe_code)]
-    unsafe {
-        BorrowedFd::borrow_raw(fd)
     }
 }

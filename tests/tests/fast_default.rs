@@ -317,3 +317,42 @@ async fn two_thousand_fast_path_jobs_leave_nothing_behind() {
     set(0);
     daemon.assert_no_leaks(&before);
 }
+
+/// A ready sandbox of the shipped default runs the warm bootstrap compiled ahead by the
+/// daemon (the small loader as its `-c` program, the code object on its stdin:
+/// daemon/src/server/warm_code.rs), and its job behaves as a script run directly: a
+/// traceback that names `/work/main.py` and the line, exit status 1, the output before
+/// it kept.
+#[tokio::test(flavor = "multi_thread")]
+async fn ready_sandboxes_run_the_bootstrap_compiled_ahead() {
+    if !require_root() {
+        return;
+    }
+    let daemon = start(None);
+    let code = "import sys\n\
+        print(any(a.startswith(\"# Vivarium's warm sandbox, from its bootstrap compiled ahead\") for a in sys.orig_argv))\n\
+        print(__name__, __file__, sys.argv)\n\
+        raise ValueError('boom')\n";
+    let done = daemon.run(code).await;
+    assert!(ready(&done), "{:?}\n{}", done.sandbox, describe(&done));
+    assert_eq!(
+        String::from_utf8_lossy(&done.stdout),
+        "True\n__main__ /work/main.py ['/work/main.py']\n",
+        "{}",
+        describe(&done)
+    );
+    assert_eq!(done.outcome.reason, Reason::Error, "{}", describe(&done));
+    assert_eq!(
+        done.outcome.exit,
+        vivarium_e2e::proto::ExitStatus::Code(1),
+        "{}",
+        describe(&done)
+    );
+    let stderr = String::from_utf8_lossy(&done.stderr);
+    assert!(
+        stderr.contains("File \"/work/main.py\", line 4, in <module>")
+            && stderr.ends_with("ValueError: boom\n")
+            && !stderr.contains("<string>"),
+        "{stderr}"
+    );
+}

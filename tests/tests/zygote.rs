@@ -456,3 +456,46 @@ async fn forked_jobs_have_host_ids_and_fd_budgets_of_their_own() {
     drop(handle);
     drop(client);
 }
+
+/// A ready forked sandbox waits for its job in the zygote library, not in the
+/// interpreter (which has not run since the fork, and so has copied none of the
+/// zygote's pages its after-fork work would write): its payload sits in `poll` on
+/// stdin, not in the bootstrap's `read`; and the job it then gets runs as any other.
+#[cfg(target_arch = "x86_64")]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_ready_forked_sandbox_waits_in_the_library() {
+    if !require_root() {
+        return;
+    }
+    let daemon = start(2, 300);
+    let first = daemon.run_job(&Job::new(WARM_MARK).profile("hot")).await;
+    assert!(ran_warm(&first), "{}", describe(&first));
+    let ready = || payloads_in(&daemon.job_processes());
+    assert!(
+        wait_until(Duration::from_secs(20), || ready().len() >= 2),
+        "no ready forked sandboxes: {:?}",
+        daemon.job_processes()
+    );
+    // The syscall each waits in (x86_64: read 0, poll 7, ppoll 271).
+    let waits_in = |pid: i32| -> Option<i64> {
+        let s = std::fs::read_to_string(format!("/proc/{pid}/syscall")).ok()?;
+        s.split_whitespace().next()?.parse().ok()
+    };
+    for pid in ready() {
+        let mut call = None;
+        // (Until its setup is done it may be elsewhere: a moment after the ready byte.)
+        wait_until(Duration::from_secs(5), || {
+            call = waits_in(pid);
+            matches!(call, Some(7 | 271))
+        });
+        assert!(
+            matches!(call, Some(7 | 271)),
+            "ready payload {pid} waits in syscall {call:?}, not poll"
+        );
+    }
+    let next = daemon
+        .run_job(&Job::new(format!("{WARM_MARK}print(6 * 7)\n")).profile("hot"))
+        .await;
+    assert!(ran_warm(&next), "{}", describe(&next));
+    assert_eq!(String::from_utf8_lossy(&next.stdout), "ZYGOTE\n42\n");
+}

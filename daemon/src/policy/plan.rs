@@ -8,7 +8,7 @@ use vivarium_sandbox::cgroup::ViewMount;
 use vivarium_sandbox::plan::{
     CgroupPlan, JobPlan, LandlockPlan, Layers, MountStep, NetworkPlan, PlanKind, RlimitFallback,
     RlimitPlan, ZygotePlan, ZygoteSeccompWire, EGRESS_PORT, HOSTNAME, MEMLOCK_BYTES,
-    MSGQUEUE_BYTES, SCRIPT_PATH, SIGPENDING, WARM_BOOTSTRAP,
+    MSGQUEUE_BYTES, SCRIPT_PATH, SIGPENDING, WARM_BOOTSTRAP, WARM_LOADER,
 };
 
 /// The minimal /etc the sandbox gets (besides the profile's optional binds).
@@ -404,6 +404,17 @@ pub fn build_warm(
     });
     plan.kind = PlanKind::Warm { zygote };
     plan
+}
+
+/// `plan`, a cold-built warm sandbox's, with [`WARM_LOADER`] as its program instead of
+/// the warm bootstrap's source: the sandbox then reads the bootstrap compiled ahead on
+/// its stdin (`server/warm_code.rs`).
+pub fn use_warm_loader(plan: &mut JobPlan) {
+    for arg in &mut plan.argv {
+        if arg == WARM_BOOTSTRAP {
+            WARM_LOADER.clone_into(arg);
+        }
+    }
 }
 
 /// The plan of a session's sandbox: a cold-built warm sandbox (never forked from a

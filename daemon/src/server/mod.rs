@@ -16,6 +16,7 @@ pub mod packages;
 pub mod sessions;
 pub mod spawner_client;
 pub mod warm;
+mod warm_code;
 
 use crate::config::Config;
 use crate::policy::seccomp;

@@ -32,6 +32,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot, Notify};
 use vivarium_proto::LandlockStatus;
 use vivarium_sandbox::ipc::{FromSpawner, KillCause};
+use vivarium_sandbox::plan::WARM_BOOTSTRAP;
 
 /// What a pool holds: sandboxes for one job each, or for sessions (the session
 /// bootstrap's cell loop, with a control link for stdin: docs/ARCHITECTURE.md,
@@ -211,6 +212,8 @@ impl Pool {
 
 #[derive(Default)]
 pub struct WarmPools {
+    /// The warm bootstrap compiled ahead, per interpreter.
+    pub code: super::warm_code::WarmCode,
     pools: Arc<Mutex<HashMap<PoolKey, Pool>>>,
     wake: Arc<Notify>,
     /// Builds that failed (for [`prefill`], which stops waiting for a pool that cannot
@@ -675,8 +678,32 @@ pub(super) async fn build(
         z.key = h.finish();
         z.generation = active.generation;
     }
+    // A cold-built sandbox without packages runs the bootstrap compiled ahead for its
+    // interpreter, if it could be (warm_code.rs): the loader as its program, the code
+    // first on its stdin. (A zygote compiles its own once; an environment's interpreter
+    // may be another file than the host path says.)
+    let code = if plan.kind.zygote().is_none() && env.is_none() {
+        let interpreter = std::path::PathBuf::from(&plan.argv[0]);
+        let code = daemon
+            .warm
+            .code
+            .stdin_for(&interpreter, WARM_BOOTSTRAP)
+            .await;
+        if code.is_some() {
+            plan::use_warm_loader(&mut plan);
+        }
+        code
+    } else {
+        None
+    };
     // The script memfd stays empty: the bootstrap writes the job's code itself.
     let l = super::job::launch(daemon, &plan, b"").await?;
+    if let Some(code) = code {
+        if let Err(e) = write_all_soon(&l.stdin, &code).await {
+            daemon.spawner.kill(job_id, KillCause::Shutdown).await;
+            return Err(WarmError::Pipe(e));
+        }
+    }
     let forked = plan.kind.zygote().is_some();
     let launched = super::job::LaunchedWith {
         events: l.events,
@@ -736,6 +763,26 @@ pub(super) async fn build_session_with(
     let (ours, theirs) = super::cell_link::fd_pair().map_err(WarmError::Link)?;
     let launched = super::job::launch_with_stdin(daemon, &plan, b"", theirs).await?;
     until_ready(daemon, active, job_id, launched, ours, env, false).await
+}
+
+/// Write `bytes` into a fresh sandbox's empty stdin pipe: at once (it fits, see
+/// `warm_code::MAX_CODE`), or as the loader reads it if the pipe was made smaller (a user
+/// over `pipe-user-pages-soft`), within the ready timeout.
+async fn write_all_soon(fd: &OwnedFd, mut bytes: &[u8]) -> std::io::Result<()> {
+    use nix::fcntl::{fcntl, FcntlArg, OFlag};
+    fcntl(fd, FcntlArg::F_SETFL(OFlag::O_NONBLOCK))?;
+    let give_up = Instant::now() + READY_TIMEOUT;
+    while !bytes.is_empty() {
+        match nix::unistd::write(fd, bytes) {
+            Ok(n) => bytes = &bytes[n..],
+            Err(nix::errno::Errno::EAGAIN) if Instant::now() < give_up => {
+                tokio::time::sleep(Duration::from_millis(1)).await
+            }
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
 }
 
 /// Wait until a launched warm sandbox's interpreter has started and said it is ready.
