@@ -36,7 +36,7 @@ const COMPILE: &str = "import sys, marshal, _frozen_importlib_external as e\n\
 pub const TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The largest answer taken. It must also fit in the sandbox's empty stdin pipe (64 KiB)
-/// with its length, so that writing it never blocks; the bootstrap compiles to ~20 KB.
+/// with its length, so that writing it never blocks; the bootstrap compiles to ~14 KB.
 pub const MAX_CODE: usize = 60 << 10;
 
 /// Which file an interpreter path is: a replaced or upgraded interpreter is another.
