@@ -127,6 +127,9 @@ pub struct Hooks {
     pub before_fork: extern "C" fn(),
     /// `PyOS_AfterFork_Parent`, in the zygote.
     pub after_parent: extern "C" fn(),
+    /// `PyOS_AfterFork_Child` (the interpreter's own repairs, the child hooks), in each
+    /// job's payload once its job has come, just before [`serve`] returns there.
+    pub after_child: extern "C" fn(),
     /// Called first thing in each job's payload, before its first allocation.
     pub in_payload: fn(),
 }
@@ -208,6 +211,9 @@ pub fn serve(ctl: BorrowedFd<'_>, buf: &mut [u8], hooks: &Hooks) -> std::io::Res
                 // The pidfds here are the zygote's numbers, closed in the payload's setup.
                 std::mem::forget(inits);
                 ready_then_wait_for_job();
+                // Here, not through ctypes once returned: a call from the interpreter
+                // writes to more of the zygote's pages (each one copied) than this.
+                (hooks.after_child)();
                 return Ok(Served::Payload);
             }
             Ok(Forked::Zygote(pid)) => sys::pidfd_open(pid).map(|pidfd| (pid, pidfd)),

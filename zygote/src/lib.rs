@@ -12,16 +12,18 @@ mod arena;
 static ALLOCATOR: arena::Arena = arena::Arena;
 
 /// The zygote's request loop ([`zygote::serve`]) on its control socket `ctl`, with the
-/// request buffer `buf` (`len` bytes) and the interpreter's `PyOS_BeforeFork` and
-/// `PyOS_AfterFork_Parent`. Returns 0 in the zygote when the spawner has hung up, 1 in
-/// a job's payload once every layer is in place (the interpreter then runs
-/// `PyOS_AfterFork_Child`, as `os.fork` would, and the job), and a negative errno if the
-/// loop failed. Each job's init never returns: it supervises its payload, then exits.
+/// request buffer `buf` (`len` bytes) and the interpreter's `PyOS_BeforeFork`,
+/// `PyOS_AfterFork_Parent` and `PyOS_AfterFork_Child`. Returns 0 in the zygote when the
+/// spawner has hung up, 1 in a job's payload once every layer is in place, the job has
+/// come and `PyOS_AfterFork_Child` has run (as `os.fork` would run it: the interpreter
+/// then runs the job), and a negative errno if the loop failed. Each job's init never
+/// returns: it supervises its payload, then exits.
 ///
 /// # Safety
 /// `ctl` must be an open socket for the whole call, `buf` must point to `len` writable
-/// bytes that nothing else uses during the call, and the two hooks must be the
-/// interpreter's functions of those names (or null).
+/// bytes that nothing else uses during the call, the caller must hold the GIL (a
+/// `ctypes.PyDLL` call), and the three hooks must be the interpreter's functions of
+/// those names (or null).
 #[no_mangle]
 pub unsafe extern "C" fn vivarium_zygote_serve(
     ctl: i32,
@@ -29,8 +31,11 @@ pub unsafe extern "C" fn vivarium_zygote_serve(
     len: usize,
     before_fork: Option<extern "C" fn()>,
     after_parent: Option<extern "C" fn()>,
+    after_child: Option<extern "C" fn()>,
 ) -> i32 {
-    let (Some(before_fork), Some(after_parent)) = (before_fork, after_parent) else {
+    let (Some(before_fork), Some(after_parent), Some(after_child)) =
+        (before_fork, after_parent, after_child)
+    else {
         return -libc::EINVAL;
     };
     // SAFETY: the caller's buffer, live and unshared for the call.
@@ -40,6 +45,7 @@ pub unsafe extern "C" fn vivarium_zygote_serve(
     let hooks = Hooks {
         before_fork,
         after_parent,
+        after_child,
         // Before the payload's first allocation: the rest of the job's Rust code
         // allocates in pages of its own rather than in the heap it shares with the
         // zygote.
