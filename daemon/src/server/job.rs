@@ -328,9 +328,11 @@ fn read_bundle(link: OwnedFd, most: u64) -> tokio::task::JoinHandle<std::io::Res
         std.set_nonblocking(true)?;
         let mut stream = tokio::net::UnixStream::from_std(std)?;
         let mut bundle = Vec::new();
-        let mut buf = vec![0u8; 256 * 1024];
         loop {
-            let n = match stream.read(&mut buf).await {
+            // Straight into the bundle's spare room, which is never zeroed (most jobs
+            // leave nothing: a zeroed buffer per job was a cost of every job).
+            bundle.reserve(64 * 1024);
+            let n = match stream.read_buf(&mut bundle).await {
                 // (A killed init that had not read the request resets the link.)
                 Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => 0,
                 n => n?,
@@ -338,7 +340,6 @@ fn read_bundle(link: OwnedFd, most: u64) -> tokio::task::JoinHandle<std::io::Res
             if n == 0 {
                 return Ok(bundle);
             }
-            bundle.extend_from_slice(&buf[..n]);
             if bundle.len() as u64 > most {
                 return Ok(bundle); // (refused by the parser; init gets EPIPE)
             }
@@ -732,11 +733,14 @@ async fn pump(
     stdout: bool,
     mut cap: Cap,
 ) -> (u64, bool) {
-    let mut buf = vec![0u8; MAX_PAYLOAD_CHUNK];
+    // Read into spare room, never zeroed: most jobs write little or nothing, and a
+    // zeroed chunk per stream was a cost of every job.
+    let mut buf = Vec::with_capacity(MAX_PAYLOAD_CHUNK);
     let mut total = 0u64;
     let mut client_gone = false;
     loop {
-        let n = match pipe.read(&mut buf).await {
+        buf.clear();
+        let n = match pipe.read_buf(&mut buf).await {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
@@ -756,7 +760,7 @@ async fn pump(
             cap.over.notify_one();
             if cap.past == PastCap::Stop {
                 let _ = cap.ended.wait_for(|ended| *ended).await;
-                total += drain_left(&mut pipe, &mut buf).await;
+                total += drain_left(&mut pipe).await;
                 break;
             }
         }
@@ -768,8 +772,9 @@ async fn pump(
 /// capacity (F_GETPIPE_SZ, fcntl(2)). The job's processes, the pipe's only writers, are
 /// gone by now, so the pipe holds all there is and EOF follows it; the bound is for a
 /// writer that outlived its job all the same. Returns the bytes read.
-async fn drain_left(pipe: &mut tokio::net::unix::pipe::Receiver, buf: &mut [u8]) -> u64 {
+async fn drain_left(pipe: &mut tokio::net::unix::pipe::Receiver) -> u64 {
     use nix::fcntl::{fcntl, FcntlArg};
+    let mut buf = vec![0u8; MAX_PAYLOAD_CHUNK];
     // (It cannot fail on a pipe; pipe-max-size's default, should it.)
     let capacity = fcntl(pipe.as_fd(), FcntlArg::F_GETPIPE_SZ)
         .map_or(1 << 20, |c| u64::try_from(c).unwrap_or(0));
