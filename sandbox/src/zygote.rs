@@ -158,37 +158,48 @@ const REQUEST_FDS: usize = 16;
 /// until then. Returns in the zygote when the spawner hangs up, and in each job's
 /// payload; an `Err` is the loop's own (poll or receive), the zygote's end.
 pub fn serve(ctl: BorrowedFd<'_>, buf: &mut [u8], hooks: &Hooks) -> std::io::Result<Served> {
-    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     // Neither the control socket nor the init program goes into a job's init (the vfork
     // child execs it with only the job's fds; the payload closes them).
     for fd in [ctl.as_raw_fd(), INIT_FD] {
         sys::set_cloexec(fd, true)?;
     }
     let mut inits: Vec<(libc::pid_t, OwnedFd)> = Vec::new();
+    // The poll set, kept from one request to the next: every page the zygote writes to
+    // after a fork is copied (its live payloads share it), and a malloc and free per
+    // request write to chunk headers and free lists on pages of their own.
+    let mut polled: Vec<libc::pollfd> = Vec::new();
     loop {
-        let mut fds: Vec<PollFd<'_>> = std::iter::once(ctl)
-            .chain(inits.iter().map(|(_, pidfd)| pidfd.as_fd()))
-            .map(|fd| PollFd::new(fd, PollFlags::POLLIN))
-            .collect();
-        match poll(&mut fds, PollTimeout::NONE) {
-            Ok(_) => {}
-            Err(nix::Error::EINTR) => continue,
-            Err(e) => return Err(e.into()),
+        polled.clear();
+        polled.extend(
+            std::iter::once(ctl.as_raw_fd())
+                .chain(inits.iter().map(|(_, pidfd)| pidfd.as_raw_fd()))
+                .map(|fd| libc::pollfd {
+                    fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                }),
+        );
+        // SAFETY: `polled` is `polled.len()` initialized pollfd structs, each an fd that
+        // stays open during the call (the control socket, the pidfds in `inits`).
+        #[allow(unsafe_code)]
+        let polls = unsafe { libc::poll(polled.as_mut_ptr(), polled.len() as libc::nfds_t, -1) };
+        if polls < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
         }
-        let ready: Vec<bool> = (fds.iter())
-            .map(|p| p.revents().is_some_and(|r| !r.is_empty()))
-            .collect();
-        drop(fds);
-        let mut ended = ready[1..].iter();
+        let mut ended = polled[1..].iter().map(|p| p.revents != 0);
         inits.retain(|&(pid, _)| {
-            let gone = ended.next() == Some(&true);
+            let gone = ended.next() == Some(true);
             if gone {
                 let flags = nix::sys::wait::WaitPidFlag::WNOHANG;
                 let _ = nix::sys::wait::waitpid(Pid::from_raw(pid), Some(flags));
             }
             !gone
         });
-        if !ready[0] {
+        if polled[0].revents == 0 {
             continue;
         }
         let (len, fds) = match sys::recv_with_up_to::<REQUEST_FDS>(ctl, buf, MsgFlags::empty()) {
@@ -284,7 +295,6 @@ enum Forked {
 /// `in_payload` is called first thing in the payload, before its first allocation (the
 /// zygote library switches its arena on there). An `Err` is the zygote's: no job runs.
 fn fork_job(plan: &mut [u8], fds: Vec<OwnedFd>, in_payload: fn()) -> std::io::Result<Forked> {
-    use std::ffi::CString;
     if fds.len() < 6 {
         return Err(std::io::Error::other(
             "a request needs stdio, status, outputs and cgroup fds",
@@ -319,26 +329,32 @@ fn fork_job(plan: &mut [u8], fds: Vec<OwnedFd>, in_payload: fn()) -> std::io::Re
     // its end of the link, the outputs link, the cgroup files. Every other fd of the zygote is
     // close-on-exec (its control socket and the init program: `serve`; received fds
     // and pipes: made so).
-    let status = &fds[3];
-    let init_fds: Vec<i32> = [
-        status.as_raw_fd(),
+    // (On the stack, as init's argv below: no allocation in the zygote per request.)
+    let mut init_fds = [0i32; INIT_FDS];
+    let count = 4 + fds.len() - 5;
+    let too_many = || std::io::Error::other("too many fds for a job's init");
+    let slots = init_fds.get_mut(..count).ok_or_else(too_many)?;
+    let fixed = [
+        fds[3].as_raw_fd(),
         plan_r.as_raw_fd(),
         link_init.as_raw_fd(),
-        fds[4].as_raw_fd(),
-    ]
-    .into_iter()
-    .chain(fds[5..].iter().map(|f| f.as_raw_fd()))
-    .collect();
-    for &fd in &init_fds {
+    ];
+    let cgroup_files = fds[4..].iter().map(|f| f.as_raw_fd());
+    for (slot, fd) in slots.iter_mut().zip(fixed.into_iter().chain(cgroup_files)) {
+        *slot = fd;
+    }
+    let init_fds = &init_fds[..count];
+    for &fd in init_fds {
         sys::set_cloexec(fd, false)?;
     }
-    let args: Vec<CString> = std::iter::once(crate::zygote_init::ARGV0.to_owned())
-        .chain(init_fds.iter().map(|fd| fd.to_string()))
-        .map(|a| CString::new(a).expect("no NUL in numbers"))
-        .collect();
-    let argv: Vec<*const libc::c_char> = (args.iter().map(|a| a.as_ptr()))
-        .chain(std::iter::once(std::ptr::null()))
-        .collect();
+    let mut strings = [0u8; ARGV_BYTES];
+    let mut starts = [0usize; 1 + INIT_FDS];
+    let argc = init_argv(&mut strings, &mut starts, init_fds)?;
+    let mut argv = [std::ptr::null::<libc::c_char>(); 2 + INIT_FDS];
+    for (arg, &start) in argv.iter_mut().zip(&starts[..argc]) {
+        *arg = strings[start..].as_ptr().cast();
+    }
+    let argv = &argv[..=argc]; // NULL-terminated
     let envp = [std::ptr::null()];
     new_pid_namespace()?;
     let mask = sys::block_all_signals()?;
@@ -348,12 +364,10 @@ fn fork_job(plan: &mut [u8], fds: Vec<OwnedFd>, in_payload: fn()) -> std::io::Re
     // to serve unless /proc/self/task lists one thread (zygote_bootstrap.py), and
     // `serve` starts none.
     #[allow(unsafe_code)]
-    let forked = unsafe { sys::vfork_fork_exec(BorrowedFd::borrow_raw(INIT_FD), &argv, &envp) };
+    let forked = unsafe { sys::vfork_fork_exec(BorrowedFd::borrow_raw(INIT_FD), argv, &envp) };
     match forked {
         Ok(sys::VforkForked::Grandchild) => {
             drop((plan_r, link_init));
-            // (Not freed: the payload writes to as few of the zygote's pages as it can.)
-            std::mem::forget((args, argv, mask));
             job_payload(plan, fds, link_payload, in_payload);
             Ok(Forked::Payload)
         }
@@ -366,6 +380,33 @@ fn fork_job(plan: &mut [u8], fds: Vec<OwnedFd>, in_payload: fn()) -> std::io::Re
             Err(e)
         }
     }
+}
+
+/// The most fds a job's init is given: status, plan, link, outputs, and the cgroup files
+/// (a request's fds but stdio and status).
+const INIT_FDS: usize = 4 + REQUEST_FDS - 5;
+/// Room for init's argv strings: its name and a number of at most 10 digits per fd,
+/// each NUL-terminated.
+const ARGV_BYTES: usize = crate::zygote_init::ARGV0.len() + 1 + 11 * INIT_FDS;
+
+/// Init's argv ([`crate::zygote_init::ARGV0`], then `fds` in decimal), NUL-terminated
+/// strings in `strings`, where each starts at `starts[i]`. Returns how many there are.
+fn init_argv(strings: &mut [u8], starts: &mut [usize], fds: &[i32]) -> std::io::Result<usize> {
+    use std::io::Write;
+    let mut cursor = std::io::Cursor::new(strings);
+    let mut argc = 0;
+    for fd in std::iter::once(None).chain(fds.iter().map(Some)) {
+        let start =
+            (starts.get_mut(argc)).ok_or_else(|| std::io::Error::other("init's argv is full"))?;
+        *start = cursor.position() as usize;
+        match fd {
+            None => cursor.write_all(crate::zygote_init::ARGV0.as_bytes())?,
+            Some(fd) => write!(cursor, "{fd}")?,
+        }
+        cursor.write_all(&[0])?;
+        argc += 1;
+    }
+    Ok(argc)
 }
 
 /// In the zygote, before each fork: the next child is pid 1 of a new pid namespace.
@@ -539,4 +580,37 @@ pub(crate) fn decode(encoded: &mut [u8]) -> Result<(JobPlan, Prepared), SetupErr
         detail: e.to_string(),
     })?;
     Ok((plan, prepared))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Init's argv, as exec'd: its name, then each fd in decimal, each NUL-terminated,
+    /// each string's start recorded; more fds than there is room for is an error, not a
+    /// truncated argv.
+    #[test]
+    fn init_argv_names_each_fd() {
+        let mut strings = [0u8; ARGV_BYTES];
+        let mut starts = [0usize; 1 + INIT_FDS];
+        let argc = init_argv(&mut strings, &mut starts, &[8, 14, 1_000_000_007]).unwrap();
+        assert_eq!(argc, 4);
+        let args: Vec<&str> = (starts[..argc].iter())
+            .map(|&at| {
+                let s = std::ffi::CStr::from_bytes_until_nul(&strings[at..]).unwrap();
+                s.to_str().unwrap()
+            })
+            .collect();
+        assert_eq!(args, ["vivarium-init", "8", "14", "1000000007"]);
+        // The widest fds, as many as init can be given, fit.
+        let widest = [i32::MAX; INIT_FDS];
+        assert_eq!(
+            init_argv(&mut strings, &mut starts, &widest).unwrap(),
+            1 + INIT_FDS
+        );
+        let more = [1; INIT_FDS + 1];
+        assert!(init_argv(&mut strings, &mut starts, &more).is_err());
+        let mut small = [0u8; 16];
+        assert!(init_argv(&mut small, &mut starts, &[1, 2, 3]).is_err());
+    }
 }
