@@ -246,7 +246,7 @@ fn populate_as(
     layers: &Layers,
 ) -> Result<(), SetupError> {
     let new_root = Path::new(".");
-    let mut masks = 0;
+    let mut masks = MaskSources::default();
     for step in steps {
         match step {
             // A template leaves each job's own mounts to the job (`populate_fresh`):
@@ -327,16 +327,9 @@ fn populate_as(
             MountStep::Mask { path, contents } => {
                 // The source lives in the anchor, outside the new root; the bind keeps
                 // it reachable after the anchor is detached with the old root.
-                let source = Path::new("..").join(format!("mask-{masks}"));
-                masks += 1;
-                std::fs::write(&source, contents)
-                    .map_err(|e| SetupError::io(Step::Write, &source, &e))?;
-                let target = at(new_root, path);
-                let flags = MsFlags::MS_RDONLY
-                    | MsFlags::MS_NOSUID
-                    | MsFlags::MS_NODEV
-                    | MsFlags::MS_NOEXEC;
-                bind_file(&source, &target, flags)?;
+                let source =
+                    masks.source(contents, |n| Path::new("..").join(format!("mask-{n}")))?;
+                bind_file(&source, &at(new_root, path), MASK_FLAGS)?;
             }
         }
     }
@@ -402,6 +395,7 @@ pub fn populate_fresh(
         umount2(path, MntFlags::MNT_DETACH).map_err(|e| SetupError::nix(Step::Umount, path, e))
     };
     let mut scratch: Option<&Path> = None;
+    let mut masks = MaskSources::default();
     for step in steps {
         match step {
             MountStep::Tmpfs {
@@ -435,17 +429,8 @@ pub fn populate_fresh(
                     step: Step::Mask,
                     detail: "no tmpfs before the mask".into(),
                 })?;
-                let source = dir.join(".vivarium-mask");
-                std::fs::write(&source, contents)
-                    .map_err(|e| SetupError::io(Step::Write, &source, &e))?;
-                let flags = MsFlags::MS_RDONLY
-                    | MsFlags::MS_NOSUID
-                    | MsFlags::MS_NODEV
-                    | MsFlags::MS_NOEXEC;
-                let bound = bind_file(&source, path, flags);
-                std::fs::remove_file(&source)
-                    .map_err(|e| SetupError::io(Step::Unlink, &source, &e))?;
-                bound?;
+                let source = masks.source(contents, |n| dir.join(format!(".vivarium-mask-{n}")))?;
+                bind_file(&source, path, MASK_FLAGS)?;
             }
             // (Never in a fresh namespace: a plan with these is built on the spot.)
             MountStep::HostProc { .. } | MountStep::Expose { .. } => {}
@@ -456,7 +441,44 @@ pub fn populate_fresh(
             | MountStep::Dir { .. } => {}
         }
     }
+    // The sources were in the job's scratch tmpfs: gone from it, kept by their binds.
+    for source in masks.written {
+        std::fs::remove_file(&source).map_err(|e| SetupError::io(Step::Unlink, &source, &e))?;
+    }
     Ok(())
+}
+
+/// A mask's bind: read-only, and nothing on it can be a device, setuid or executable.
+const MASK_FLAGS: MsFlags = MsFlags::MS_RDONLY
+    .union(MsFlags::MS_NOSUID)
+    .union(MsFlags::MS_NODEV)
+    .union(MsFlags::MS_NOEXEC);
+
+/// The files the masks of one setup are bound from: one per distinct contents (most
+/// masks are empty or share their text, as the pressure files do), each written once.
+#[derive(Default)]
+struct MaskSources {
+    written: Vec<PathBuf>,
+    contents: Vec<String>,
+}
+
+impl MaskSources {
+    /// The source for `contents`: an earlier mask's with the same contents, or a new
+    /// file, named by `name` from its number, with them.
+    fn source(
+        &mut self,
+        contents: &str,
+        name: impl FnOnce(usize) -> PathBuf,
+    ) -> Result<PathBuf, SetupError> {
+        if let Some(i) = self.contents.iter().position(|c| c == contents) {
+            return Ok(self.written[i].clone());
+        }
+        let source = name(self.written.len());
+        std::fs::write(&source, contents).map_err(|e| SetupError::io(Step::Write, &source, &e))?;
+        self.written.push(source.clone());
+        self.contents.push(contents.to_owned());
+        Ok(source)
+    }
 }
 
 /// The job's own cgroup, read-only at each of `view`'s paths (empty directories on the

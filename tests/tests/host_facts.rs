@@ -8,8 +8,8 @@ use vivarium_e2e::proto::Reason;
 use vivarium_e2e::{describe, evidence, require_root, Daemon, DaemonOpts, Job};
 
 const PROBE: &str = r#"
-import json, sys
-out = {}
+import json, os, sys
+out = {"work": sorted(os.listdir("/work"))}
 for path in sys.argv[1:]:
     try:
         with open(path, "rb") as f:
@@ -33,6 +33,34 @@ async fn check(daemon: &Daemon, profile: &str) {
     let c = daemon.run_job(&job).await;
     assert_eq!(c.outcome.reason, Reason::Ok, "{}", describe(&c));
     let ev = evidence(&c);
+    // The masks' sources (one file per distinct contents, in the job's scratch tmpfs
+    // while its mounts are made) are gone from /work.
+    assert_eq!(
+        ev["work"],
+        serde_json::json!(["main.py"]),
+        "{profile}: {ev}"
+    );
+    // Each mask shows its own neutral contents, also where several share one source.
+    const PRESSURE: &str = "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n\
+                            full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n";
+    for (path, want) in [
+        ("/proc/cmdline", "\n"),
+        ("/proc/loadavg", "0.00 0.00 0.00 1/1 1\n"),
+        ("/proc/diskstats", ""),
+        ("/proc/partitions", "major minor  #blocks  name\n\n"),
+        ("/proc/pressure/cpu", PRESSURE),
+        ("/proc/pressure/io", PRESSURE),
+        ("/proc/pressure/memory", PRESSURE),
+        (
+            "/proc/devices",
+            "Character devices:\n  1 mem\n\nBlock devices:\n",
+        ),
+    ] {
+        if present.contains(&path) {
+            let seen = decode(ev[path].as_str().unwrap_or_default());
+            assert_eq!(String::from_utf8_lossy(&seen), want, "{profile}: {path}");
+        }
+    }
     use std::io::Read;
     for path in present {
         let seen = ev[path].as_str().unwrap_or_default();
